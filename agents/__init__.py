@@ -1,0 +1,1 @@
+"""Thin Faust agents: decode, call the stage operator, produce."""

@@ -1,0 +1,139 @@
+"""The ``align`` agent: media.* → aligned.windows (late tokens → late, bad ones → deadletter).
+
+Decodes each token, hands it to :class:`~streams.aligner.Aligner` and produces what comes
+out. A token's event is acknowledged only when the record that settles it (its window, its
+late record or its dead letter) is acknowledged by the broker, so a crash replays every
+token whose window was not yet written. A timer emits windows whose deadline passed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import faust
+from faust.types import TP, EventT, StreamT
+
+from agents.outbox import Outbox, wall_us
+from lockstep.errors import BadInput, DecodeError
+from streams.aligner import Aligner, AlignOutput, TokenKey
+from streams.settings import Settings
+from streams.telemetry import Telemetry
+from topics import catalog
+from topics.codec import TOKEN_KINDS, decode, peek_kind
+from topics.schemas import Modality, Token
+
+log = logging.getLogger(__name__)
+STAGE = "align"
+
+
+class AlignTask:
+    """State of the align role in one process: the operator and the unacknowledged events."""
+
+    def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
+        self.aligner = Aligner(settings.align, settings.slo.default_class)
+        self.outbox = Outbox(app, STAGE)
+        self.telemetry = telemetry
+        self.max_bytes = settings.kafka.max_record_bytes
+        self.pending: dict[TokenKey, EventT] = {}
+        self.partition_of: dict[str, int] = {}
+
+    async def on_event(self, event: EventT) -> None:
+        """Decode and align one media record."""
+        self.outbox.raise_if_failed()
+        now = wall_us()
+        message = event.message
+        self.telemetry.stage("transport", max(0.0, now / 1e6 - message.timestamp))
+        try:
+            token = self._decode(message.topic, event.value)
+        except BadInput as error:
+            self.telemetry.token(_modality_label(message.topic), "deadletter")
+            await self.outbox.dead_letter(event, error)
+            return
+        key = TokenKey(token.stream_id, token.modality, token.seq)
+        out = self.aligner.add(token, now, raw=event.value)
+        if key in out.duplicates:
+            self.telemetry.token(token.modality, "duplicate")
+            event.ack()
+        elif out.rejected:
+            self.telemetry.token(token.modality, "deadletter")
+            await self.outbox.dead_letter(event, BadInput(out.rejected[0].reason))
+        elif out.late:
+            self.telemetry.token(token.modality, "late")
+            await self.outbox.send(catalog.LATE, token.stream_id.encode(), out.late[0],
+                                   ack=[event])
+        else:
+            self.pending[key] = event
+            self.partition_of[token.stream_id] = message.partition
+        await self.emit(out)
+
+    async def on_tick(self) -> None:
+        """Emit the windows whose wait deadline has passed."""
+        self.outbox.raise_if_failed()
+        await self.emit(self.aligner.poll(wall_us()))
+
+    async def emit(self, out: AlignOutput) -> None:
+        """Produce the windows of an aligner output, acknowledging their tokens on delivery."""
+        for window in out.windows:
+            events = []
+            for modality, seqs in window.members.items():
+                for seq in seqs:
+                    event = self.pending.pop(TokenKey(window.stream_id, modality, seq), None)
+                    if event is not None:
+                        events.append(event)
+                self.telemetry.token(modality, "window", len(seqs))
+            held = window.timeline.aligned_us - window.timeline.ingest_us
+            self.telemetry.stage(STAGE, held / 1e6, slo_class=window.slo_class)
+            await self.outbox.send(catalog.ALIGNED, window.stream_id.encode(), window,
+                                   ack=events)
+
+    def on_revoked(self, revoked: set[TP]) -> None:
+        """Forget streams of revoked partitions; their unacknowledged tokens replay elsewhere."""
+        lost = {tp.partition for tp in revoked if tp.topic in catalog.MODALITY_OF_TOPIC}
+        streams = {s for s, p in self.partition_of.items() if p in lost}
+        if not streams:
+            return
+        self.aligner.forget(streams)
+        for key in [k for k in self.pending if k.stream_id in streams]:
+            del self.pending[key]
+        for stream_id in streams:
+            del self.partition_of[stream_id]
+        log.info("forgot %d streams of revoked partitions", len(streams),
+                 extra={"stage": STAGE})
+
+    def _decode(self, topic: str, value: bytes | None) -> Token:
+        kind = peek_kind(value)
+        if kind not in TOKEN_KINDS:
+            raise DecodeError(f"a {kind.name.lower()} record is not a media token")
+        token = decode(value, max_bytes=self.max_bytes)
+        expected = catalog.MODALITY_OF_TOPIC.get(topic)
+        if expected is None or token.modality is not expected:  # type: ignore[attr-defined]
+            raise DecodeError(f"a {kind.name.lower()} token does not belong on {topic}")
+        return token  # type: ignore[return-value]
+
+
+def _modality_label(topic: str) -> str:
+    modality: Modality | None = catalog.MODALITY_OF_TOPIC.get(topic)
+    return modality.value if modality is not None else topic
+
+
+def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> AlignTask:
+    """Register the align agent, its deadline timer and its rebalance hook on ``app``."""
+    task = AlignTask(app, settings, telemetry)
+    media = app.topic(*catalog.MEDIA.values(), key_serializer="raw", value_serializer="raw")
+    tick_s = max(0.001, min(0.01, settings.align.max_wait_ms / 4000.0))
+
+    @app.agent(media, name="lockstep.align")
+    async def align(stream: StreamT[bytes]) -> None:
+        async for event in stream.noack().events():
+            await task.on_event(event)
+
+    @app.timer(tick_s, name="lockstep.align.deadlines")
+    async def deadlines() -> None:
+        await task.on_tick()
+
+    @app.on_partitions_revoked.connect
+    async def revoked(sender: Any, revoked: set[TP], **_: Any) -> None:
+        task.on_revoked(revoked)
+
+    return task

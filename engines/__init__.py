@@ -1,0 +1,1 @@
+"""Inference engines and the batching worker."""

@@ -1,0 +1,79 @@
+"""The reference engine: deterministic, CPU-only, no weights to download.
+
+It reads every modality of a window and describes it — where the brightest region of the
+frame is and how much it moved, the dominant audio frequency and level, the OCR text and
+the sensor readings — so that tests can check a response against the input that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+
+from engines.base import Engine, InferenceResult
+from topics.schemas import AudioToken, Request, VideoToken, Window
+
+
+class ReferenceEngine(Engine):
+    """Describes windows with numpy; same input, same output."""
+
+    name = "reference"
+
+    async def _infer(self, batch: Sequence[Request]) -> list[InferenceResult]:
+        # The work is a few FFTs and means per window; a thread keeps the loop responsive.
+        return await asyncio.to_thread(lambda: [describe(r.window) for r in batch])
+
+
+def describe(window: Window) -> InferenceResult:
+    """Describe one window; pure and deterministic."""
+    scores: dict[str, float] = {}
+    parts: list[str] = []
+    if window.video is not None:
+        frame = _frame(window.video)
+        if frame is not None:
+            y, x = np.unravel_index(int(np.argmax(frame)), frame.shape)
+            scores["luma_mean"] = round(float(frame.mean()) / 255.0, 4)
+            scores["bright_x"] = round(float(x) / frame.shape[1], 4)
+            scores["bright_y"] = round(float(y) / frame.shape[0], 4)
+            parts.append(f"bright spot at ({scores['bright_x']:.2f},{scores['bright_y']:.2f})")
+    pcm = _pcm(window.audio)
+    if pcm is not None and len(pcm):
+        rate = window.audio[0].sample_rate
+        spectrum = np.abs(np.fft.rfft(pcm * np.hanning(len(pcm))))
+        peak_hz = float(np.argmax(spectrum[1:]) + 1) * rate / len(pcm)
+        scores["audio_rms"] = round(float(np.sqrt(np.mean(pcm**2))), 4)
+        scores["audio_peak_hz"] = round(peak_hz, 1)
+        parts.append(f"tone {peak_hz:.0f} Hz")
+    texts = [o.text for o in window.ocr if o.text]
+    if texts:
+        parts.append("text " + " | ".join(dict.fromkeys(texts)))
+    for s in window.sensor:
+        scores[f"sensor_{s.name}_0"] = round(float(s.values[0]), 4)
+        parts.append(f"{s.name}={s.values[0]:.2f}{s.unit.split(',')[0]}")
+    if window.missing:
+        parts.append("missing " + ",".join(m.value for m in window.missing))
+    return InferenceResult(output="; ".join(parts) or "empty window", scores=scores)
+
+
+def _frame(video: VideoToken) -> np.ndarray | None:
+    if video.format == "gray8":
+        return np.frombuffer(video.data, np.uint8).reshape(video.height, video.width)
+    if video.format == "rgb24":
+        rgb = np.frombuffer(video.data, np.uint8).reshape(video.height, video.width, 3)
+        return np.asarray(rgb.mean(axis=2))
+    return None  # compressed formats are decoded by the media engines, not here
+
+
+def _pcm(chunks: Sequence[AudioToken]) -> np.ndarray | None:
+    pieces = []
+    for chunk in chunks:
+        if chunk.encoding == "pcm_s16le":
+            data = np.frombuffer(chunk.data, "<i2").astype(np.float32) / 32768.0
+        elif chunk.encoding == "pcm_f32le":
+            data = np.frombuffer(chunk.data, "<f4").astype(np.float32)
+        else:
+            continue
+        pieces.append(data.reshape(-1, chunk.channels).mean(axis=1))
+    return np.concatenate(pieces) if pieces else None

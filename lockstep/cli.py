@@ -1,0 +1,195 @@
+"""The ``lockstep`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from lockstep import __version__
+from lockstep.clikit import (
+    LockstepGroup,
+    bootstrap_option,
+    kafka_overrides,
+    run_async,
+    settings_for,
+    until_signalled,
+)
+from lockstep.io_commands import publish, subscribe
+
+@click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lockstep")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="LOCKSTEP_CONFIG", help="TOML settings file (env vars win over it).")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
+    """Lockstep: real-time multimodal inference over Kafka.
+
+    Producers publish video, audio, OCR and sensor tokens to media.* topics; align, route
+    and worker roles turn them into aligned windows, routed requests and responses.
+    """
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.obj = {"config": config}
+
+
+@cli.command()
+@bootstrap_option
+@click.option("--streams", default=2, show_default=True, type=click.IntRange(1, 64),
+              help="Synthetic streams to publish.")
+@click.option("--seconds", default=5.0, show_default=True, type=click.FloatRange(0.5, 3600),
+              help="How long to publish.")
+@click.option("--inject-bad", default=0, show_default=True, type=click.IntRange(0, 1000),
+              help="Also publish this many undecodable records (they must be dead-lettered).")
+@click.option("--drain", default=20.0, show_default=True, type=click.FloatRange(1, 600),
+              help="Seconds to wait for the last windows and responses.")
+@click.option("--metrics-port", default=0, show_default=True, type=click.IntRange(0, 65535),
+              help="Port for /metrics while the demo runs (0: any free port).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float,
+         inject_bad: int, drain: float, metrics_port: int, as_json: bool) -> None:
+    """Run every role in one process on synthetic streams and print the SLA report.
+
+    Without --bootstrap (and LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS) it starts the embedded
+    broker. Exits 0 when every published token is accounted for (window, late or
+    dead letter) and every window has a response; 1 otherwise.
+    """
+    from lockstep.demo import DemoOptions, run_demo
+    from lockstep.report import render_demo
+
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap), metrics={"port": metrics_port})
+    options = DemoOptions(streams=streams, seconds=seconds, inject_bad=inject_bad,
+                          drain_s=drain)
+    report = run_async(run_demo(settings, options))
+    click.echo(json.dumps(report, indent=2) if as_json else render_demo(report))
+    sys.exit(0 if report["ok"] else 1)
+
+
+@cli.command()
+@bootstrap_option
+@click.option("--roles", required=True, metavar="ROLES",
+              help="Comma-separated roles: align, route, worker (or all).")
+@click.option("--pool", default=None, help="Engine pool of the worker role (default: vl).")
+@click.option("--create-topics/--no-create-topics", default=False, show_default=True,
+              help="Create missing topics at start instead of only verifying them.")
+@click.option("--metrics-port", default=None, type=click.IntRange(0, 65535),
+              help="Port for /metrics (default: LOCKSTEP_METRICS__PORT or 9464).")
+@click.pass_context
+def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
+        create_topics: bool, metrics_port: int | None) -> None:
+    """Run agent roles against a Kafka cluster until SIGINT/SIGTERM.
+
+    Processes running the same roles share a consumer group and split the partitions:
+    start more of them to scale a role.
+    """
+    from lockstep.runner import parse_roles, prepare_topics, start_roles
+    from streams.telemetry import Telemetry
+
+    settings = settings_for(
+        ctx, kafka=kafka_overrides(bootstrap), worker={"pool": pool} if pool else {},
+        metrics={"port": metrics_port} if metrics_port is not None else {})
+    role_list = parse_roles(roles)
+    settings.kafka.require_bootstrap()
+
+    async def main() -> None:
+        telemetry = Telemetry(settings.slo.stage_p99_ms / 1000.0)
+        if settings.metrics.enabled:
+            port = telemetry.serve(settings.metrics.host, settings.metrics.port)
+            click.echo(f"metrics on http://{settings.metrics.host}:{port}/metrics", err=True)
+        await prepare_topics(settings, create=create_topics)
+        running = await start_roles(settings, role_list, telemetry)
+        click.echo(f"running {','.join(role_list)} as group {running.app.conf.id}", err=True)
+        try:
+            await until_signalled()
+        finally:
+            await running.stop()
+
+    run_async(main())
+
+
+@cli.group(cls=LockstepGroup)
+def topics() -> None:
+    """Create or describe the topic catalog."""
+
+
+@topics.command("create")
+@bootstrap_option
+@click.pass_context
+def topics_create(ctx: click.Context, bootstrap: str | None) -> None:
+    """Create missing topics (idempotent), then verify partitions and co-partitioning."""
+    from lockstep.report import render_topics
+    from topics.admin import admin_client, ensure_topics
+    from topics.catalog import catalog
+
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+
+    async def main() -> str:
+        admin = admin_client(settings.kafka.confluent_config())
+        specs = catalog(settings.topics, settings.kafka.max_record_bytes)
+        report = await asyncio.to_thread(ensure_topics, admin, specs)
+        return render_topics(report.states, report.created)
+
+    click.echo(run_async(main()))
+
+
+@topics.command("describe")
+@bootstrap_option
+@click.pass_context
+def topics_describe(ctx: click.Context, bootstrap: str | None) -> None:
+    """Show each topic of the catalog as the cluster has it; exit 1 on any mismatch."""
+    from lockstep.report import render_topics
+    from topics.admin import admin_client, verify_topics
+    from topics.catalog import catalog
+
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+
+    async def main() -> tuple[str, bool]:
+        admin = admin_client(settings.kafka.confluent_config())
+        specs = catalog(settings.topics, settings.kafka.max_record_bytes)
+        states = await asyncio.to_thread(verify_topics, admin, specs, strict=False)
+        return render_topics(states), all(not s.problems for s in states)
+
+    text, ok = run_async(main())
+    click.echo(text)
+    sys.exit(0 if ok else 1)
+
+
+@cli.command()
+@click.option("--port", default=None, type=click.IntRange(1, 65535),
+              help="Port to listen on (default: a free port).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+def broker(port: int | None, host: str) -> None:
+    """Run the embedded broker (tansu, in memory) in the foreground.
+
+    Prints its bootstrap address, then serves until SIGINT/SIGTERM. Point other commands
+    at it with --bootstrap or LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS; set
+    LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS=5 for low latency against it.
+    """
+    from streams.broker import EmbeddedBroker
+
+    async def main() -> None:
+        embedded = EmbeddedBroker(port=port, host=host)
+        await asyncio.to_thread(embedded.start)
+        click.echo(embedded.bootstrap)
+        try:
+            await until_signalled(lambda: asyncio.to_thread(embedded.wait))
+        finally:
+            await asyncio.to_thread(embedded.stop)
+
+    run_async(main())
+
+
+cli.add_command(publish)
+cli.add_command(subscribe)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="lockstep")

@@ -1,0 +1,146 @@
+"""``lockstep demo``: every role in one process, synthetic streams, an SLA report.
+
+Starts the embedded broker unless a bootstrap server is given, creates the topics, runs
+align, route and worker, publishes synthetic streams in real time, then waits until every
+published token is accounted for (a window, a late record or a dead letter) and every
+window has a response, or until the drain timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep.observer import Observer
+from lockstep.publisher import PublishReport, publish_synthetic
+from lockstep.runner import prepare_topics, start_roles
+from streams.app import ROLES
+from streams.broker import EmbeddedBroker
+from streams.settings import Settings
+from streams.telemetry import Telemetry
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the demo runs."""
+
+    streams: int = 2
+    seconds: float = 5.0
+    inject_bad: int = 0
+    drain_s: float = 20.0
+
+
+async def run_demo(settings: Settings, options: DemoOptions) -> dict[str, Any]:
+    """Run the demo and return its report (see :func:`lockstep.report.render_demo`)."""
+    broker: EmbeddedBroker | None = None
+    if not settings.kafka.bootstrap_servers:
+        broker = await asyncio.to_thread(EmbeddedBroker().start)
+        kafka = settings.kafka.model_copy(update={
+            "bootstrap_servers": broker.bootstrap,
+            "fetch_max_wait_ms": min(settings.kafka.fetch_max_wait_ms, 5)})
+        settings = settings.model_copy(update={"kafka": kafka})
+    try:
+        return await _run(settings, options, embedded=broker is not None)
+    finally:
+        if broker is not None:
+            await asyncio.to_thread(broker.stop)
+
+
+async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> dict[str, Any]:
+    telemetry = Telemetry(settings.slo.stage_p99_ms / 1000.0)
+    metrics_port = (telemetry.serve(settings.metrics.host, settings.metrics.port)
+                    if settings.metrics.enabled else None)
+    await prepare_topics(settings, create=True)
+    run_id = secrets.token_hex(3)
+    prefix = f"demo-{run_id}-"
+    stream_ids = [f"{prefix}cam{i}" for i in range(options.streams)]
+    observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
+    await observer.start()
+    roles = await start_roles(settings, ROLES, telemetry)
+    try:
+        await _wait_assigned(roles.app, timeout_s=30.0)
+        published = await publish_synthetic(
+            settings.kafka, stream_ids, options.seconds, telemetry,
+            inject_bad=options.inject_bad)
+        drained = await _drain(observer, published, options.drain_s)
+    finally:
+        await roles.stop()
+        await observer.stop()
+    return _report(settings, options, telemetry, observer, published, drained,
+                   embedded=embedded, metrics_port=metrics_port)
+
+
+async def _wait_assigned(app: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not app.consumer.assignment() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+async def _drain(observer: Observer, published: PublishReport, timeout_s: float) -> bool:
+    """Wait until the ledger closes: every token settled, every window answered."""
+    deadline = time.monotonic() + timeout_s
+    ledger = observer.ledger
+    while time.monotonic() < deadline:
+        if (not ledger.unaccounted(published.keys) and not ledger.unanswered()
+                and len(ledger.dead_letters) >= published.bad_records):
+            return True
+        observer.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(observer.changed.wait(), timeout=0.25)
+    return False
+
+
+def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, observer: Observer,
+            published: PublishReport, drained: bool, *, embedded: bool,
+            metrics_port: int | None) -> dict[str, Any]:
+    ledger = observer.ledger
+    routes = Counter(r.route for r in ledger.responses.values())
+    per_stream = Counter(sid for sid, _ in ledger.responses)
+    slo_class = settings.slo.default_class
+    budget_ms = settings.slo.budget_ms(slo_class)
+    unaccounted = ledger.unaccounted(published.keys)
+    return {
+        "ok": drained,
+        "broker": "embedded tansu" if embedded else "kafka",
+        "bootstrap": settings.kafka.bootstrap_servers,
+        "streams": options.streams,
+        "seconds": round(published.seconds, 2),
+        "tokens_published": len(published.keys),
+        "tokens_by_modality": dict(sorted(published.by_modality.items())),
+        "bad_records_published": published.bad_records,
+        "ledger": {
+            "in_windows": len(ledger.in_windows & published.keys),
+            "late": len(ledger.late & published.keys),
+            "dead_letters": len(ledger.dead_letters),
+            "unaccounted": len(unaccounted),
+        },
+        "windows": len(ledger.windows),
+        "windows_partial": sum(1 for w in ledger.windows.values() if w.missing),
+        "routes": dict(sorted(routes.items())),
+        "responses": len(ledger.responses),
+        "windows_without_response": len(ledger.unanswered()),
+        "responses_per_stream": {sid: per_stream.get(sid, 0) for sid in sorted(
+            {sid for sid, _ in ledger.windows} | set(per_stream))},
+        "duplicates": dict(ledger.duplicates),
+        "stages": {stage: {"p50_ms": round(s.p50_ms, 3), "p99_ms": round(s.p99_ms, 3),
+                           "count": s.count}
+                   for stage, s in telemetry.stage_stats().items()},
+        "slo": {
+            "class": slo_class,
+            "e2e_budget_ms": budget_ms,
+            "attainment": _round(telemetry.slo_attainment()),
+            "stage_budget_ms": settings.slo.stage_p99_ms,
+        },
+        "sample_output": next(iter(ledger.responses.values())).output
+        if ledger.responses else None,
+        "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -1,0 +1,86 @@
+"""Starting and stopping agent roles in this process (``lockstep run`` and the demo)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import faust
+
+from agents import align, route, worker
+from lockstep.errors import ConfigError
+from streams.app import ROLES, create_app
+from streams.settings import Settings
+from streams.telemetry import Telemetry
+from topics.admin import admin_client, ensure_topics, verify_topics
+from topics.catalog import catalog
+
+log = logging.getLogger(__name__)
+
+
+def parse_roles(text: str | Sequence[str]) -> list[str]:
+    """Parse ``align,route,worker`` (or ``all``) into known roles, in pipeline order.
+
+    Raises:
+        ConfigError: An unknown role is named, or none.
+    """
+    names = text.split(",") if isinstance(text, str) else list(text)
+    names = [n.strip() for n in names if n.strip()]
+    if "all" in names:
+        return list(ROLES)
+    unknown = sorted(set(names) - set(ROLES))
+    if unknown or not names:
+        raise ConfigError(f"unknown roles {unknown or names}; choose from {', '.join(ROLES)}")
+    return [r for r in ROLES if r in names]
+
+
+async def prepare_topics(settings: Settings, *, create: bool) -> None:
+    """Create (if asked) and verify the topic catalog.
+
+    Raises:
+        TopicMismatchError: A topic is missing or mis-partitioned.
+    """
+    admin = admin_client(settings.kafka.confluent_config())
+    specs = catalog(settings.topics, settings.kafka.max_record_bytes)
+    if create:
+        await asyncio.to_thread(ensure_topics, admin, specs)
+    else:
+        await asyncio.to_thread(verify_topics, admin, specs)
+
+
+@dataclass
+class RoleSet:
+    """The running roles of this process."""
+
+    app: faust.App
+    roles: list[str]
+    telemetry: Telemetry
+    workers: list[worker.WorkerTask] = field(default_factory=list)
+    aligners: list[align.AlignTask] = field(default_factory=list)
+
+    async def stop(self) -> None:
+        """Stop consuming, flush the producer, release engines."""
+        try:
+            await self.app.stop()
+        finally:
+            for task in self.workers:
+                await task.close()
+
+
+async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telemetry) -> RoleSet:
+    """Build the app for ``roles``, register their agents and start consuming."""
+    app = create_app(settings, roles)
+    running = RoleSet(app, list(roles), telemetry)
+    if "align" in roles:
+        running.aligners.append(align.register(app, settings, telemetry))
+    if "route" in roles:
+        route.register(app, settings, telemetry)
+    if "worker" in roles:
+        running.workers.append(worker.register(app, settings, telemetry))
+    for task in running.workers:
+        await task.start()
+    await app.start()
+    log.info("roles started", extra={"roles": ",".join(roles), "group": app.conf.id})
+    return running

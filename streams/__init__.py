@@ -1,0 +1,1 @@
+"""Settings, the Faust app factory, the embedded broker and the pure stream operators."""

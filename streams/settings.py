@@ -1,0 +1,259 @@
+"""Lockstep's settings: one pydantic-settings model, env prefix ``LOCKSTEP_``.
+
+Nested per concern with ``__`` (``LOCKSTEP_ALIGN__TOLERANCE_MS=10``), or from a TOML file
+given by ``--config`` / ``LOCKSTEP_CONFIG``. Environment variables win over the file.
+Nothing is read at import time: call :func:`load_settings`.
+"""
+
+from __future__ import annotations
+
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from lockstep.errors import ConfigError
+
+Ms = Annotated[float, Field(ge=0.0)]
+PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,31}$")]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Section):
+    """Kafka client options shared by every client Lockstep creates."""
+
+    bootstrap_servers: str | None = None
+    client_id: str = "lockstep"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    session_timeout_ms: Annotated[int, Field(ge=3000)] = 10_000
+    max_record_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
+    #: How long a consumer's fetch may wait for data. Kafka answers as soon as data
+    #: arrives; the embedded broker holds the fetch for the whole wait, so keep it small there.
+    fetch_max_wait_ms: Annotated[int, Field(ge=1, le=30_000)] = 500
+    #: Extra librdkafka options for the confluent-kafka clients (admin, publisher).
+    confluent_extra: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and not (
+            self.sasl_mechanism and self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(
+                "SASL needs kafka.sasl_mechanism, kafka.sasl_username and kafka.sasl_password"
+            )
+        return self
+
+    def require_bootstrap(self) -> str:
+        """Return the bootstrap servers or raise a :class:`ConfigError` saying how to set them."""
+        if not self.bootstrap_servers:
+            raise ConfigError(
+                "no Kafka bootstrap servers: pass --bootstrap HOST:PORT "
+                "or set LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS"
+            )
+        return self.bootstrap_servers
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """Build the TLS context for SSL / SASL_SSL, or None for plaintext."""
+        if not self.security_protocol.endswith("SSL"):
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context
+
+    def aiokafka_options(self) -> dict[str, Any]:
+        """Connection options for aiokafka clients."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.require_bootstrap(),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        context = self.ssl_context()
+        if context is not None:
+            options["ssl_context"] = context
+        if self.sasl_mechanism:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = (
+                self.sasl_password.get_secret_value() if self.sasl_password else None
+            )
+        return options
+
+    def confluent_config(self) -> dict[str, str]:
+        """Connection options for confluent-kafka (librdkafka) clients."""
+        config = {
+            "bootstrap.servers": self.require_bootstrap(),
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol.lower(),
+        }
+        if self.ssl_cafile:
+            config["ssl.ca.location"] = str(self.ssl_cafile)
+        if self.ssl_certfile:
+            config["ssl.certificate.location"] = str(self.ssl_certfile)
+        if self.ssl_keyfile:
+            config["ssl.key.location"] = str(self.ssl_keyfile)
+        if self.sasl_mechanism and self.sasl_username and self.sasl_password:
+            config["sasl.mechanism"] = self.sasl_mechanism
+            config["sasl.username"] = self.sasl_username
+            config["sasl.password"] = self.sasl_password.get_secret_value()
+        config.update(self.confluent_extra)
+        return config
+
+
+class TopicsSettings(_Section):
+    """Partitioning of the topic catalog."""
+
+    media_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
+    pipeline_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
+    replication_factor: Annotated[int, Field(ge=1, le=16)] = 1
+    pools: tuple[PoolName, ...] = ("vl",)
+    media_retention_ms: Annotated[int, Field(ge=60_000)] = 3_600_000
+    deadletter_retention_ms: Annotated[int, Field(ge=60_000)] = 7 * 86_400_000
+
+
+class AlignSettings(_Section):
+    """Event-time alignment (see streams.aligner)."""
+
+    hop_ms: Annotated[float, Field(gt=1.0, le=10_000.0)] = 100.0
+    tolerance_ms: Ms = 15.0
+    max_wait_ms: Ms = 60.0
+    grace_ms: Ms = 10.0
+    required: tuple[Literal["video", "audio", "ocr", "sensor"], ...] = ("video", "audio")
+    max_future_ms: Ms = 5_000.0
+    max_open_windows: Annotated[int, Field(ge=1)] = 64
+
+
+class RouteSettings(_Section):
+    """Routing of aligned windows to engine pools."""
+
+    pool: PoolName = "vl"
+    semantic_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+
+
+class WorkerSettings(_Section):
+    """The batching inference worker of one pool."""
+
+    pool: PoolName = "vl"
+    engine: Literal["reference"] = "reference"
+    max_batch: Annotated[int, Field(ge=1, le=4096)] = 16
+    max_wait_ms: Ms = 5.0
+    infer_timeout_ms: Annotated[float, Field(gt=0.0)] = 2_000.0
+
+
+class SloClass(_Section):
+    """An SLO class: end-to-end budget and the frame rate it was set for."""
+
+    e2e_ms: Annotated[float, Field(gt=0.0)]
+    fps: Annotated[float, Field(gt=0.0)]
+    drop_frames: bool = True
+
+
+def _default_slo_classes() -> dict[str, SloClass]:
+    return {
+        "cabin": SloClass(e2e_ms=120.0, fps=30.0),
+        "surgical": SloClass(e2e_ms=80.0, fps=60.0, drop_frames=False),
+        "ar": SloClass(e2e_ms=200.0, fps=25.0),
+    }
+
+
+class SloSettings(_Section):
+    """SLO classes and the per-stage budget of the pipeline stages other than inference."""
+
+    classes: dict[str, SloClass] = Field(default_factory=_default_slo_classes)
+    default_class: str = "cabin"
+    stage_p99_ms: Annotated[float, Field(gt=0.0)] = 12.0
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> SloSettings:
+        if self.default_class not in self.classes:
+            raise ValueError(f"slo.default_class {self.default_class!r} is not in slo.classes")
+        return self
+
+    def budget_ms(self, slo_class: str) -> float:
+        """The e2e budget of a class, falling back to the default class."""
+        return self.classes.get(slo_class, self.classes[self.default_class]).e2e_ms
+
+
+class MetricsSettings(_Section):
+    """The Prometheus endpoint each process serves."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"  # noqa: S104 - scraped from other pods
+    port: Annotated[int, Field(ge=0, le=65535)] = 9464
+
+
+class Settings(BaseSettings):
+    """Every setting of a Lockstep process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LOCKSTEP_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    topics: TopicsSettings = Field(default_factory=TopicsSettings)
+    align: AlignSettings = Field(default_factory=AlignSettings)
+    route: RouteSettings = Field(default_factory=RouteSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    slo: SloSettings = Field(default_factory=SloSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    app_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._\-]+$")] = "lockstep"
+    #: Faust's working directory (Lockstep keeps no state on disk; this holds nothing).
+    data_dir: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "lockstep")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Order: explicit arguments, environment, then the TOML file if one is named."""
+        del dotenv_settings, file_secret_settings
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Load settings from the environment, an optional TOML file and explicit overrides.
+
+    Args:
+        config: A TOML file whose tables mirror the sections (``[align]``, ``[kafka]``...).
+        **overrides: Section values that win over everything (the CLI's flags).
+
+    Raises:
+        ConfigError: The file is missing or a value is invalid.
+    """
+    settings_cls: type[Settings] = Settings
+    if config is not None:
+        if not config.is_file():
+            raise ConfigError(f"config file {config} does not exist")
+
+        class _FromFile(Settings):
+            model_config = SettingsConfigDict(toml_file=config)
+
+        settings_cls = _FromFile
+    try:
+        return settings_cls(**overrides)
+    except ValueError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Topic catalog, message schemas and the wire codec."""

@@ -1,0 +1,225 @@
+"""Message contracts: media tokens, windows, requests, responses, dead letters, late records.
+
+Every record on a Lockstep topic is one of these models, encoded by :mod:`topics.codec`.
+The models are frozen and reject unknown fields, NaN and infinities, and event times
+outside the years 2000-2100, so that a record that validates is safe for every stage.
+Times are integer microseconds: ``t_us`` is capture (event) time set by the producer;
+the ``*_us`` fields of :class:`Timeline` are wall-clock times taken by the stages.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
+
+#: Earliest and latest accepted event time (2000-01-01 and 2100-01-01 UTC, in µs).
+MIN_T_US = 946_684_800_000_000
+MAX_T_US = 4_102_444_800_000_000
+
+
+class Modality(StrEnum):
+    """The four kinds of media token."""
+
+    VIDEO = "video"
+    AUDIO = "audio"
+    OCR = "ocr"
+    SENSOR = "sensor"
+
+
+StreamId = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/\-]+$")
+]
+EventTime = Annotated[int, Field(ge=MIN_T_US, le=MAX_T_US)]
+Seq = Annotated[int, Field(ge=0, lt=2**63)]
+Confidence = Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]
+
+_BYTES_PER_PIXEL = {"gray8": 1, "rgb24": 3}
+_BYTES_PER_SAMPLE = {"pcm_s16le": 2, "pcm_f32le": 4}
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Token(_Record):
+    stream_id: StreamId
+    seq: Seq
+    t_us: EventTime
+
+
+class VideoToken(_Token):
+    """One video frame. Raw formats carry exactly ``width*height*channels`` bytes."""
+
+    modality: Literal[Modality.VIDEO] = Modality.VIDEO
+    format: Literal["gray8", "rgb24", "jpeg", "png", "h264"]
+    width: Annotated[int, Field(ge=1, le=16384)]
+    height: Annotated[int, Field(ge=1, le=16384)]
+    data: bytes
+    quality: Confidence | None = None
+    keyframe: bool = True
+
+    @model_validator(mode="after")
+    def _raw_size_matches(self) -> VideoToken:
+        per_pixel = _BYTES_PER_PIXEL.get(self.format)
+        if per_pixel is not None and len(self.data) != self.width * self.height * per_pixel:
+            raise ValueError(
+                f"{self.format} frame {self.width}x{self.height} needs "
+                f"{self.width * self.height * per_pixel} bytes, got {len(self.data)}"
+            )
+        return self
+
+
+class AudioToken(_Token):
+    """One audio chunk starting at ``t_us``; PCM chunks must match their duration."""
+
+    modality: Literal[Modality.AUDIO] = Modality.AUDIO
+    encoding: Literal["pcm_s16le", "pcm_f32le", "opus", "aac"]
+    sample_rate: Annotated[int, Field(ge=1000, le=384_000)]
+    channels: Annotated[int, Field(ge=1, le=8)]
+    duration_us: Annotated[int, Field(gt=0, le=10_000_000)]
+    data: bytes
+    asr_text: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    asr_confidence: Confidence | None = None
+
+    @model_validator(mode="after")
+    def _pcm_size_matches(self) -> AudioToken:
+        per_sample = _BYTES_PER_SAMPLE.get(self.encoding)
+        if per_sample is None:
+            return self
+        frame = per_sample * self.channels
+        if len(self.data) % frame:
+            raise ValueError(f"{self.encoding} chunk is not a whole number of samples")
+        expected = round(self.duration_us * self.sample_rate / 1_000_000)
+        if abs(len(self.data) // frame - expected) > 1:
+            raise ValueError(
+                f"{self.encoding} chunk of {len(self.data) // frame} samples does not match "
+                f"duration_us={self.duration_us} at {self.sample_rate} Hz"
+            )
+        return self
+
+
+class OcrToken(_Token):
+    """Text read from the scene; valid from ``t_us`` until replaced."""
+
+    modality: Literal[Modality.OCR] = Modality.OCR
+    text: Annotated[str, StringConstraints(max_length=4096)]
+    bbox: tuple[FiniteFloat, FiniteFloat, FiniteFloat, FiniteFloat]
+    confidence: Confidence
+
+
+class SensorToken(_Token):
+    """One reading of a named sensor (a vector of finite values)."""
+
+    modality: Literal[Modality.SENSOR] = Modality.SENSOR
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    values: Annotated[list[FiniteFloat], Field(min_length=1, max_length=1024)]
+    unit: Annotated[str, StringConstraints(max_length=32)] = ""
+    confidence: Confidence | None = None
+
+
+Token = Annotated[VideoToken | AudioToken | OcrToken | SensorToken, Field(discriminator="modality")]
+
+
+class Timeline(_Record):
+    """Wall-clock times (µs) at which a window passed each stage; 0 means not yet."""
+
+    capture_us: int = 0
+    ingest_us: int = 0
+    aligned_us: int = 0
+    routed_us: int = 0
+    dequeued_us: int = 0
+    inferred_us: int = 0
+    responded_us: int = 0
+
+
+class ModalityState(_Record):
+    """How a modality was matched in a window."""
+
+    present: bool
+    confidence: Confidence | None = None
+    skew_us: int | None = None
+    tokens: Annotated[int, Field(ge=0)] = 0
+
+
+class Window(_Record):
+    """Tokens of one stream aligned on one event-time interval ``[t_start_us, t_end_us)``.
+
+    ``members`` lists the ``seq`` of every token the window consumed, per modality, so the
+    ledger (window, late or dead letter for every token) can be checked from the outside.
+    """
+
+    stream_id: StreamId
+    window_seq: Seq
+    t_start_us: EventTime
+    t_end_us: EventTime
+    anchor_t_us: EventTime
+    slo_class: str
+    modalities: dict[Modality, ModalityState]
+    missing: list[Modality]
+    members: dict[Modality, list[int]]
+    video: VideoToken | None = None
+    audio: list[AudioToken] = Field(default_factory=list)
+    ocr: list[OcrToken] = Field(default_factory=list)
+    sensor: list[SensorToken] = Field(default_factory=list)
+    timeline: Timeline = Field(default_factory=Timeline)
+
+    @property
+    def partial(self) -> bool:
+        """True when at least one modality is missing."""
+        return bool(self.missing)
+
+
+class Request(_Record):
+    """A window routed to an engine pool, with its priority and deadline."""
+
+    window: Window
+    route: str
+    pool: str
+    priority: Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]
+    deadline_us: int
+    reply_topic: str = "responses"
+
+
+class Response(_Record):
+    """The engine's answer for one window; idempotent on (stream_id, window_seq)."""
+
+    stream_id: StreamId
+    window_seq: Seq
+    route: str
+    pool: str
+    engine: str
+    slo_class: str
+    output: str
+    scores: dict[str, FiniteFloat]
+    missing: list[Modality]
+    deadline_us: int
+    timeline: Timeline
+
+
+class DeadLetter(_Record):
+    """A record no stage could process, with where it came from and why."""
+
+    stage: str
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    error: str
+    key: bytes | None
+    value: bytes | None
+    at_us: int
+
+
+class LateToken(_Record):
+    """A token that arrived after its window had been emitted."""
+
+    stream_id: StreamId
+    modality: Modality
+    seq: Seq
+    t_us: EventTime
+    watermark_us: int
+    reason: str
+    at_us: int
+    value: bytes | None = None
