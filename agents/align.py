@@ -9,7 +9,7 @@ token whose window was not yet written. A timer emits windows whose deadline pas
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.types import TP, EventT, StreamT
@@ -35,10 +35,10 @@ class AlignTask:
         self.outbox = Outbox(app, STAGE)
         self.telemetry = telemetry
         self.max_bytes = settings.kafka.max_record_bytes
-        self.pending: dict[TokenKey, EventT] = {}
+        self.pending: dict[TokenKey, EventT[bytes]] = {}
         self.partition_of: dict[str, int] = {}
 
-    async def on_event(self, event: EventT) -> None:
+    async def on_event(self, event: EventT[bytes]) -> None:
         """Decode and align one media record."""
         self.outbox.raise_if_failed()
         now = wall_us()
@@ -125,15 +125,16 @@ def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> AlignT
 
     @app.agent(media, name="lockstep.align")
     async def align(stream: StreamT[bytes]) -> None:
-        async for event in stream.noack().events():
+        async for event in cast(faust.Stream[bytes], stream).noack().events():
             await task.on_event(event)
 
-    @app.timer(tick_s, name="lockstep.align.deadlines")
+    @app.timer(tick_s, name="lockstep.align.deadlines")  # type: ignore[untyped-decorator]
     async def deadlines() -> None:
         await task.on_tick()
 
     @app.on_partitions_revoked.connect
-    async def revoked(sender: Any, revoked: set[TP], **_: Any) -> None:
-        task.on_revoked(revoked)
+    async def revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # Faust sends the revoked set as the first argument after the sender.
+        task.on_revoked(set(args[0]) if args else set())
 
     return task

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.types import EventT
@@ -51,7 +51,7 @@ class Outbox:
         key: bytes | None,
         record: BaseModel,
         *,
-        ack: Iterable[EventT] = (),
+        ack: Iterable[EventT[bytes]] = (),
         on_delivered: Callable[[], None] | None = None,
     ) -> asyncio.Future[Any]:
         """Produce one record; acknowledge ``ack`` events once the broker has it.
@@ -60,8 +60,8 @@ class Outbox:
             The delivery future (already carrying the acknowledgement callback).
         """
         events = list(ack)
-        future: asyncio.Future[Any] = await self._app.producer.send(
-            topic, key, encode(record), None, None, None)
+        future = cast(asyncio.Future[Any], await self._app.producer.send(
+            topic, key, encode(record), None, None, None))
         self.in_flight += 1
 
         def delivered(fut: asyncio.Future[Any]) -> None:
@@ -81,7 +81,7 @@ class Outbox:
         future.add_done_callback(delivered)
         return future
 
-    async def dead_letter(self, event: EventT, error: BadInput) -> asyncio.Future[Any]:
+    async def dead_letter(self, event: EventT[bytes], error: BadInput) -> asyncio.Future[Any]:
         """Send an event's record to the dead-letter topic with the reason; ack on delivery."""
         message = event.message
         record = DeadLetter(

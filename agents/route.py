@@ -6,6 +6,8 @@ the window's event is acknowledged when the request is.
 
 from __future__ import annotations
 
+from typing import cast
+
 import faust
 from faust.types import EventT, StreamT
 
@@ -30,7 +32,7 @@ class RouteTask:
         self.telemetry = telemetry
         self.max_bytes = settings.kafka.max_record_bytes
 
-    async def on_event(self, event: EventT) -> None:
+    async def on_event(self, event: EventT[bytes]) -> None:
         """Route one window."""
         self.outbox.raise_if_failed()
         received = wall_us()
@@ -54,7 +56,7 @@ def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> RouteT
 
     @app.agent(windows, name="lockstep.route")
     async def route(stream: StreamT[bytes]) -> None:
-        async for event in stream.noack().events():
+        async for event in cast(faust.Stream[bytes], stream).noack().events():
             await task.on_event(event)
 
     return task

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.types import EventT, StreamT
@@ -50,7 +50,7 @@ class WorkerTask:
         """Release the engine."""
         await self.engine.close()
 
-    async def on_batch(self, events: Sequence[EventT]) -> None:
+    async def on_batch(self, events: Sequence[EventT[bytes]]) -> None:
         """Infer one batch and produce its responses; return once all are acknowledged."""
         self.outbox.raise_if_failed()
         futures: list[asyncio.Future[Any]] = []
@@ -100,7 +100,9 @@ def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> Worker
 
     @app.agent(requests, name=f"lockstep.worker.{task.pool}")
     async def worker(stream: StreamT[bytes]) -> None:
-        async for events in stream.take_events(settings.worker.max_batch, within=max_wait_s):
+        batches = cast(faust.Stream[bytes], stream).take_events(
+            settings.worker.max_batch, within=max_wait_s)
+        async for events in batches:
             await task.on_batch(events)
 
     return task

@@ -21,6 +21,7 @@ from lockstep.clikit import (
 )
 from lockstep.io_commands import publish, subscribe
 
+
 @click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lockstep")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path),

@@ -76,8 +76,11 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
 
 
 async def _wait_assigned(app: Any, timeout_s: float) -> None:
+    """Wait until the consumer group has assigned partitions (the first join takes seconds)."""
     deadline = time.monotonic() + timeout_s
-    while not app.consumer.assignment() and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        if app.consumer.assignment():
+            return
         await asyncio.sleep(0.05)
 
 

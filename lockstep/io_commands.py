@@ -10,8 +10,9 @@ import click
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from lockstep.clikit import bootstrap_option, kafka_overrides, run_async, settings_for
-from lockstep.errors import BadInput, ConfigError
+from lockstep.errors import BadInput
 from topics import catalog
+from topics.admin import admin_client, wait_for_partitions
 from topics.codec import decode_as
 from topics.schemas import Response
 
@@ -66,17 +67,15 @@ def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginn
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
 
     async def main() -> int:
+        admin = admin_client(settings.kafka.confluent_config())
+        counts = await asyncio.to_thread(wait_for_partitions, admin, [topic], 5.0)
         consumer = AIOKafkaConsumer(**settings.kafka.aiokafka_options(), group_id=None,
                                     enable_auto_commit=False,
                                     fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms)
         await consumer.start()
         count = 0
         try:
-            await consumer.topics()  # refresh metadata
-            partitions = consumer.partitions_for_topic(topic)
-            if not partitions:
-                raise ConfigError(f"topic {topic} does not exist")
-            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+            tps = [TopicPartition(topic, p) for p in range(counts[topic])]
             consumer.assign(tps)
             await (consumer.seek_to_beginning(*tps) if from_beginning
                    else consumer.seek_to_end(*tps))

@@ -20,6 +20,7 @@ from lockstep.errors import BadInput
 from streams.aligner import TokenKey
 from streams.settings import KafkaSettings
 from topics import catalog
+from topics.admin import admin_client, wait_for_partitions
 from topics.codec import decode
 from topics.schemas import DeadLetter, LateToken, Response, Window
 
@@ -52,6 +53,7 @@ class Observer:
     def __init__(self, kafka: KafkaSettings, keep: Callable[[str], bool],
                  response_topic: str = catalog.RESPONSES) -> None:
         self.ledger = Ledger()
+        self._kafka = kafka
         self._keep = keep
         self._topics = [catalog.ALIGNED, catalog.LATE, catalog.DEADLETTER, response_topic]
         self._response_topic = response_topic
@@ -62,18 +64,29 @@ class Observer:
         self._task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
 
-    async def start(self) -> None:
-        """Assign every partition of the watched topics at its current end and start reading."""
+    async def start(self, timeout_s: float = 15.0) -> None:
+        """Assign every partition of the watched topics at its current end and start reading.
+
+        Raises:
+            BrokerError: A watched topic does not exist after ``timeout_s``.
+        """
         consumer = self._consumer
         await consumer.start()
-        await consumer.topics()  # refresh metadata for every topic
-        partitions = [TopicPartition(topic, p) for topic in self._topics
-                      for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(partitions)
-        await consumer.seek_to_end(*partitions)
-        for tp in partitions:
-            await consumer.position(tp)  # resolve the end now, before anything is produced
+        try:
+            partitions = await self._partitions(timeout_s)
+            consumer.assign(partitions)
+            await consumer.seek_to_end(*partitions)
+            for tp in partitions:
+                await consumer.position(tp)  # resolve the end now, before anything is produced
+        except BaseException:
+            await consumer.stop()
+            raise
         self._task = asyncio.create_task(self._run(), name="lockstep.observer")
+
+    async def _partitions(self, timeout_s: float) -> list[TopicPartition]:
+        admin = admin_client(self._kafka.confluent_config())
+        counts = await asyncio.to_thread(wait_for_partitions, admin, self._topics, timeout_s)
+        return [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
 
     async def stop(self) -> None:
         """Stop reading."""

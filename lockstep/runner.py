@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import faust
 
 from agents import align, route, worker
-from lockstep.errors import ConfigError
+from lockstep.errors import BrokerError, ConfigError
 from streams.app import ROLES, create_app
 from streams.settings import Settings
 from streams.telemetry import Telemetry
@@ -36,18 +37,33 @@ def parse_roles(text: str | Sequence[str]) -> list[str]:
     return [r for r in ROLES if r in names]
 
 
-async def prepare_topics(settings: Settings, *, create: bool) -> None:
-    """Create (if asked) and verify the topic catalog.
+async def prepare_topics(settings: Settings, *, create: bool, wait_s: float = 30.0) -> None:
+    """Create (if asked) and verify the topic catalog, including this process's pools.
+
+    Waits up to ``wait_s`` for the cluster to answer (a broker started alongside).
 
     Raises:
+        BrokerError: The cluster did not answer in time.
         TopicMismatchError: A topic is missing or mis-partitioned.
     """
+    pools = tuple(dict.fromkeys((*settings.topics.pools, settings.route.pool,
+                                 settings.worker.pool)))
+    topics = settings.topics.model_copy(update={"pools": pools})
+    specs = catalog(topics, settings.kafka.max_record_bytes)
     admin = admin_client(settings.kafka.confluent_config())
-    specs = catalog(settings.topics, settings.kafka.max_record_bytes)
-    if create:
-        await asyncio.to_thread(ensure_topics, admin, specs)
-    else:
-        await asyncio.to_thread(verify_topics, admin, specs)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if create:
+                await asyncio.to_thread(ensure_topics, admin, specs)
+            else:
+                await asyncio.to_thread(verify_topics, admin, specs)
+            return
+        except BrokerError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+            log.warning("cluster not ready, retrying: %s", exc)
+            await asyncio.sleep(1.0)
 
 
 @dataclass

@@ -185,9 +185,15 @@ class Aligner:
         for stream_id in stream_ids:
             self._streams.pop(stream_id, None)
 
-    def deadline_us(self, stream_id: str, index: int) -> int:
-        """Wall-clock time by which window ``index`` of a stream is emitted."""
-        st = self._streams[stream_id]
+    def overdue(self, now_us: int) -> list[tuple[str, int]]:
+        """Open windows (stream, window_seq) whose deadline is at or before ``now_us``.
+
+        Empty right after :meth:`poll` with the same time: no window waits past it.
+        """
+        return [(stream_id, index) for stream_id, st in self._streams.items()
+                for index in st.open if now_us >= self._deadline(st, index)]
+
+    def _deadline(self, st: _Stream, index: int) -> int:
         return (index + 1) * self.hop_us + st.lag_us + self.max_wait_us
 
     # -- internals ---------------------------------------------------------------------
@@ -239,7 +245,7 @@ class Aligner:
         for index in sorted(st.open):
             end = (index + 1) * self.hop_us
             by_marks = all(self._passed(st, m, end) for m in expected)
-            by_deadline = now_us >= end + st.lag_us + self.max_wait_us
+            by_deadline = now_us >= self._deadline(st, index)
             if by_marks or by_deadline:
                 ready = index
             else:

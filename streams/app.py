@@ -49,25 +49,25 @@ def _credentials(settings: Settings) -> faust.SASLCredentials | faust.SSLCredent
     return None
 
 
-class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):  # type: ignore[misc]
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         # Faust hard-codes a 1.5 s fetch wait. Brokers that hold an empty fetch for the
         # whole wait (tansu does) then add up to that much latency to every record.
-        consumer._fetch_max_wait_ms = self.app.fetch_max_wait_ms
+        consumer._fetch_max_wait_ms = getattr(self.app, "fetch_max_wait_ms", 1500)
         return consumer
 
 
-class _Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]
+class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
-class _Transport(faust_aiokafka.Transport):  # type: ignore[misc]
+class _Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
 
 
-class LockstepApp(faust.App):  # type: ignore[misc]
+class LockstepApp(faust.App):
     """A Faust app whose consumer honours ``kafka.fetch_max_wait_ms``."""
 
     fetch_max_wait_ms: int = 500

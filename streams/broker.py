@@ -93,7 +93,7 @@ class EmbeddedBroker:
         fd, log_name = tempfile.mkstemp(prefix="lockstep-tansu-", suffix=".log")
         self._log_path = Path(log_name)
         with os.fdopen(fd, "wb") as log_file:
-            self._proc = subprocess.Popen(  # noqa: S603 - our own binary, fixed arguments
+            self._proc = subprocess.Popen(
                 [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                  "--storage-engine", "memory://tansu/"],
                 stdout=log_file,

@@ -195,7 +195,7 @@ class MetricsSettings(_Section):
     """The Prometheus endpoint each process serves."""
 
     enabled: bool = True
-    host: str = "0.0.0.0"  # noqa: S104 - scraped from other pods
+    host: str = "0.0.0.0"  # scraped from other hosts/pods
     port: Annotated[int, Field(ge=0, le=65535)] = 9464
 
 

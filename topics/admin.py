@@ -7,11 +7,16 @@ async code (``asyncio.to_thread``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from lockstep.errors import BrokerError, TopicMismatchError
 from topics.catalog import TopicSpec
@@ -125,6 +130,26 @@ def verify_topics(
         detail = "; ".join(f"{s.spec.name}: {', '.join(s.problems)}" for s in broken)
         raise TopicMismatchError(f"topics do not match the catalog: {detail}")
     return states
+
+
+def wait_for_partitions(
+    admin: AdminClient, names: Iterable[str], timeout_s: float = 15.0
+) -> dict[str, int]:
+    """Partition counts of ``names``, waiting for freshly created topics to appear.
+
+    Raises:
+        BrokerError: A topic is still unknown after ``timeout_s``.
+    """
+    names = list(names)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        counts = _partition_counts(admin, timeout_s)
+        missing = sorted(n for n in names if n not in counts)
+        if not missing:
+            return {n: counts[n] for n in names}
+        if time.monotonic() > deadline:
+            raise BrokerError(f"topics {', '.join(missing)} do not exist")
+        time.sleep(0.2)
 
 
 def _partition_counts(admin: AdminClient, timeout_s: float) -> dict[str, int]:

@@ -1,0 +1,5 @@
+"""``python -m lockstep`` runs the CLI."""
+
+from lockstep.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Lockstep test suite."""

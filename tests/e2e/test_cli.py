@@ -1,0 +1,115 @@
+"""The CLI as a user runs it: `lockstep demo`, `topics`, `broker`, `run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+pytestmark = pytest.mark.e2e
+
+LOCKSTEP = shutil.which("lockstep") or ""
+
+
+def _cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
+    return subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**clean, **(env or {})}, check=False)
+
+
+def _check_demo_report(report: dict[str, object], streams: int, bad: int) -> None:
+    assert report["ok"] is True
+    ledger = report["ledger"]
+    assert isinstance(ledger, dict)
+    assert ledger["unaccounted"] == 0
+    assert ledger["in_windows"] + ledger["late"] == report["tokens_published"]
+    assert ledger["dead_letters"] == bad == report["bad_records_published"]
+    assert report["windows"] == report["responses"] and report["windows_without_response"] == 0
+    per_stream = report["responses_per_stream"]
+    assert isinstance(per_stream, dict) and len(per_stream) == streams
+    assert all(n > 0 for n in per_stream.values())
+    stages = report["stages"]
+    assert isinstance(stages, dict)
+    for stage in ("publish", "transport", "align", "route", "queue", "infer", "respond", "e2e"):
+        assert stages[stage]["count"] > 0
+        assert 0 <= stages[stage]["p50_ms"] <= stages[stage]["p99_ms"]
+
+
+def test_demo_without_arguments_runs_on_the_embedded_broker_and_prints_the_summary() -> None:
+    result = _cli("demo", "--seconds", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "embedded tansu" in out and "OK: every token accounted for" in out
+    for stage in ("publish", "align", "route", "queue", "infer", "e2e"):
+        assert f"  {stage} " in out
+    assert "SLO cabin" in out
+
+
+def test_demo_json_accounts_for_every_token_on_the_embedded_broker() -> None:
+    result = _cli("demo", "--json", "--streams", "3", "--seconds", "3", "--inject-bad", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["broker"] == "embedded tansu"
+    _check_demo_report(report, streams=3, bad=2)
+
+
+def test_demo_json_accounts_for_every_token_on_apache_kafka(apache_kafka: str) -> None:
+    result = _cli("demo", "--json", "--bootstrap", apache_kafka, "--streams", "2",
+                  "--seconds", "3", "--inject-bad", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["broker"] == "kafka" and report["bootstrap"] == apache_kafka
+    _check_demo_report(report, streams=2, bad=3)
+
+
+def test_topics_create_is_idempotent_and_describe_verifies(apache_kafka: str) -> None:
+    first = _cli("topics", "create", "--bootstrap", apache_kafka)
+    assert first.returncode == 0, first.stderr
+    second = _cli("topics", "create", "--bootstrap", apache_kafka)
+    assert second.returncode == 0, second.stderr
+    assert "created" not in second.stdout
+    described = _cli("topics", "describe", "--bootstrap", apache_kafka)
+    assert described.returncode == 0, described.stderr
+    for topic in ("media.video", "media.audio", "media.ocr", "media.sensor", "aligned.windows",
+                  "requests.vl", "responses", "deadletter", "late"):
+        assert topic in described.stdout
+
+
+def test_broker_command_serves_until_sigterm() -> None:
+    with subprocess.Popen([LOCKSTEP, "broker"], stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            bootstrap = proc.stdout.readline().strip()
+            assert bootstrap.startswith("127.0.0.1:")
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            assert isinstance(admin.list_topics(timeout=10).topics, dict)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            proc.kill()
+
+
+def test_unknown_role_is_a_usage_error() -> None:
+    result = _cli("run", "--roles", "align,juggle", "--bootstrap", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert "unknown roles ['juggle']" in result.stderr
+
+
+def test_run_without_a_bootstrap_server_says_how_to_set_one() -> None:
+    result = _cli("run", "--roles", "align")
+    assert result.returncode == 2
+    assert "LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS" in result.stderr
+
+
+def test_module_entry_point_prints_help() -> None:
+    result = subprocess.run([sys.executable, "-m", "lockstep", "--help"], capture_output=True,
+                            text=True, check=False, timeout=60)
+    assert result.returncode == 0 and "demo" in result.stdout and "run" in result.stdout

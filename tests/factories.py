@@ -1,0 +1,37 @@
+"""Builders of valid records for tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topics.schemas import AudioToken, OcrToken, SensorToken, VideoToken
+
+T0 = 1_800_000_000_000_000  # 2027-01-15, a fixed capture time
+
+
+def video(stream: str = "s", seq: int = 0, t_us: int = T0, quality: float | None = 0.9,
+          width: int = 8, height: int = 6) -> VideoToken:
+    frame = np.zeros((height, width), np.uint8)
+    frame[seq % height, seq % width] = 255
+    return VideoToken(stream_id=stream, seq=seq, t_us=t_us, format="gray8", width=width,
+                      height=height, data=frame.tobytes(), quality=quality)
+
+
+def audio(stream: str = "s", seq: int = 0, t_us: int = T0, duration_us: int = 20_000,
+          rate: int = 16_000, tone_hz: float = 1000.0) -> AudioToken:
+    n = round(duration_us * rate / 1e6)
+    t = (np.arange(n) + seq * n) / rate
+    pcm = (0.5 * np.sin(2 * np.pi * tone_hz * t) * 32767).astype("<i2").tobytes()
+    return AudioToken(stream_id=stream, seq=seq, t_us=t_us, encoding="pcm_s16le",
+                      sample_rate=rate, channels=1, duration_us=duration_us, data=pcm,
+                      asr_confidence=0.8)
+
+
+def ocr(stream: str = "s", seq: int = 0, t_us: int = T0, text: str = "EXIT") -> OcrToken:
+    return OcrToken(stream_id=stream, seq=seq, t_us=t_us, text=text, bbox=(0, 0, 1, 1),
+                    confidence=0.9)
+
+
+def sensor(stream: str = "s", seq: int = 0, t_us: int = T0, value: float = 1.0) -> SensorToken:
+    return SensorToken(stream_id=stream, seq=seq, t_us=t_us, name="imu", values=[value],
+                       unit="m/s")

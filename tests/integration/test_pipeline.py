@@ -1,0 +1,75 @@
+"""The whole pipeline in one process against real brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from lockstep.demo import _drain
+from lockstep.observer import Observer
+from lockstep.publisher import publish_synthetic
+from lockstep.runner import prepare_topics, start_roles
+from streams.app import ROLES
+from streams.settings import Settings, load_settings
+from streams.telemetry import Telemetry
+from tests.factories import video
+from topics import catalog
+from topics.codec import encode
+
+pytestmark = pytest.mark.integration
+
+
+def _settings(bootstrap: str) -> Settings:
+    return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
+                                "fetch_max_wait_ms": 10},
+                         app_id="lockstep-test", metrics={"enabled": False})
+
+
+async def test_every_token_is_settled_and_every_window_answered(any_broker: str) -> None:
+    settings = _settings(any_broker)
+    await prepare_topics(settings, create=True)
+    prefix = f"it-{secrets.token_hex(3)}-"
+    observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
+    await observer.start()
+    telemetry = Telemetry()
+    roles = await start_roles(settings, ROLES, telemetry)
+    try:
+        published = await publish_synthetic(settings.kafka, [f"{prefix}a", f"{prefix}b"], 2.5,
+                                            telemetry, inject_bad=2)
+        # a record of the wrong kind on a media topic must be dead-lettered too
+        producer = AIOKafkaProducer(**settings.kafka.aiokafka_options())
+        await producer.start()
+        wrong = encode(video(stream=f"{prefix}a"))
+        meta = await (await producer.send(catalog.MEDIA[list(catalog.MEDIA)[1]], wrong,
+                                          key=f"{prefix}a".encode()))
+        await producer.stop()
+        published.bad_records += 1
+        assert await _drain(observer, published, timeout_s=30.0), "ledger did not close"
+    finally:
+        await roles.stop()
+        await observer.stop()
+
+    ledger = observer.ledger
+    assert ledger.unaccounted(published.keys) == set()
+    assert ledger.unanswered() == set()
+    assert {sid for sid, _ in ledger.responses} == {f"{prefix}a", f"{prefix}b"}
+    assert len(ledger.in_windows & published.keys) > 0.9 * len(published.keys)
+    reasons = sorted(d.reason for d in ledger.dead_letters)
+    assert len(reasons) == 3
+    assert any("magic" in r for r in reasons) and any("version" in r for r in reasons)
+    wrong_kind = [d for d in ledger.dead_letters if "does not belong on media.audio" in d.reason]
+    assert len(wrong_kind) == 1
+    assert (wrong_kind[0].topic, wrong_kind[0].partition, wrong_kind[0].offset) == (
+        "media.audio", meta.partition, meta.offset)
+    assert wrong_kind[0].value == wrong and wrong_kind[0].stage == "align"
+    for response in ledger.responses.values():
+        t = response.timeline
+        assert t.capture_us <= t.aligned_us <= t.routed_us <= t.dequeued_us <= t.inferred_us
+        assert response.engine == "reference" and response.output
+    stats = telemetry.stage_stats()
+    assert {"publish", "transport", "align", "route", "queue", "infer", "respond",
+            "e2e"} <= set(stats)
+    await asyncio.sleep(0)
