@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from lockstep import __version__
+from lockstep.errors import RoleCrashed
 from lockstep.clikit import (
     LockstepGroup,
     bootstrap_option,
@@ -88,7 +89,8 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     """Run agent roles against a Kafka cluster until SIGINT/SIGTERM.
 
     Processes running the same roles share a consumer group and split the partitions:
-    start more of them to scale a role.
+    start more of them to scale a role. Exits 1 if a role crashes (its unacknowledged
+    records are then replayed by the next process of the group).
     """
     from lockstep.runner import parse_roles, prepare_topics, start_roles
     from streams.telemetry import Telemetry
@@ -108,9 +110,11 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
         running = await start_roles(settings, role_list, telemetry)
         click.echo(f"running {','.join(role_list)} as group {running.app.conf.id}", err=True)
         try:
-            await until_signalled()
+            await until_signalled(running.wait_crashed)
         finally:
             await running.stop()
+        if running.crash_reason is not None:
+            raise RoleCrashed(f"roles {','.join(role_list)} crashed: {running.crash_reason!r}")
 
     run_async(main())
 

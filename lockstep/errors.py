@@ -4,6 +4,7 @@
 
     LockstepError
     ├── ConfigError                 bad settings or arguments (not retriable)
+    ├── RoleCrashed                 an agent failed and took its roles down (restart them)
     ├── BadInput                    a record that cannot be processed; dead-lettered
     │   ├── DecodeError             not our wire format, wrong version, oversize, bad msgpack
     │   └── SchemaError             decoded, but violates the message contract
@@ -26,6 +27,12 @@ class LockstepError(Exception):
 
 class ConfigError(LockstepError):
     """Settings or command-line arguments are invalid."""
+
+
+class RoleCrashed(LockstepError):
+    """An agent failed; the process's roles stopped. A supervisor should restart them."""
+
+    retriable = True
 
 
 class BadInput(LockstepError):

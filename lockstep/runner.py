@@ -76,6 +76,17 @@ class RoleSet:
     workers: list[worker.WorkerTask] = field(default_factory=list)
     aligners: list[align.AlignTask] = field(default_factory=list)
 
+    @property
+    def crash_reason(self) -> BaseException | None:
+        """Why the roles crashed, or None while they run."""
+        return self.app.crash_reason if self.app.crashed else None
+
+    async def wait_crashed(self, poll_s: float = 0.2) -> BaseException:
+        """Return once an agent has crashed the app, with the reason."""
+        while (reason := self.crash_reason) is None:
+            await asyncio.sleep(poll_s)
+        return reason
+
     async def stop(self) -> None:
         """Stop consuming, flush the producer, release engines."""
         try:

@@ -15,6 +15,7 @@ from typing import Any
 
 import faust
 import uvloop
+from mode.supervisors import CrashingSupervisor
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from streams.settings import Settings
@@ -113,6 +114,10 @@ def create_app(settings: Settings, roles: Sequence[str]) -> LockstepApp:
         store="memory://",
         datadir=str(settings.data_dir / app_id),
         loghandlers=[],
+        # An agent that fails (a produce the broker refused, an engine error) takes the
+        # process down: its unacknowledged records are replayed by the next owner, which
+        # an in-process restart with half-acknowledged state could not guarantee.
+        agent_supervisor=CrashingSupervisor,
     )
     app.fetch_max_wait_ms = kafka.fetch_max_wait_ms
     return app

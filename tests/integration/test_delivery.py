@@ -1,0 +1,79 @@
+"""At-least-once delivery: offsets move only after what was produced is acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from engines.base import Engine, InferenceResult
+from lockstep.errors import EngineError
+from lockstep.runner import prepare_topics, start_roles
+from streams.settings import Settings, load_settings
+from streams.telemetry import Telemetry
+from tests.factories import T0
+from topics import catalog
+from topics.codec import encode
+from topics.schemas import Modality, ModalityState, Request, Timeline, Window
+
+pytestmark = pytest.mark.integration
+
+
+class BrokenEngine(Engine):
+    """An engine whose every batch fails."""
+
+    name = "broken"
+
+    async def _infer(self, batch: Sequence[Request]) -> list[InferenceResult]:
+        raise EngineError("the GPU fell off the bus")
+
+
+def _settings(bootstrap: str, pool: str) -> Settings:
+    return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
+                                "fetch_max_wait_ms": 10},
+                         topics={"pools": ("vl", pool)}, worker={"pool": pool},
+                         route={"pool": pool}, app_id="lockstep-delivery",
+                         metrics={"enabled": False})
+
+
+def _request(pool: str) -> Request:
+    window = Window(stream_id="d", window_seq=1, t_start_us=T0, t_end_us=T0 + 1, anchor_t_us=T0,
+                    slo_class="cabin", modalities={Modality.VIDEO: ModalityState(present=True)},
+                    missing=[], members={}, timeline=Timeline(capture_us=T0, routed_us=T0))
+    return Request(window=window, route="full", pool=pool, priority=0.5, deadline_us=T0)
+
+
+async def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        result: int | None = await consumer.committed(tp)
+        return result
+    finally:
+        await consumer.stop()
+
+
+async def test_a_failing_engine_crashes_the_worker_without_committing(apache_kafka: str) -> None:
+    pool = "broken"
+    settings = _settings(apache_kafka, pool)
+    await prepare_topics(settings, create=True)
+    roles = await start_roles(settings, ["worker"], Telemetry())
+    task = roles.workers[0]
+    task.engine = task.worker.engine = BrokenEngine()
+    await task.engine.start()
+    producer = AIOKafkaProducer(bootstrap_servers=apache_kafka)
+    await producer.start()
+    try:
+        meta = await (await producer.send(catalog.requests_topic(pool), encode(_request(pool)),
+                                          key=b"d", partition=0))
+        reason = await asyncio.wait_for(roles.wait_crashed(), timeout=60)
+    finally:
+        await producer.stop()
+        await roles.stop()
+    assert isinstance(reason, EngineError)
+    committed = await _committed(apache_kafka, roles.app.conf.id,
+                                 TopicPartition(catalog.requests_topic(pool), 0))
+    assert committed is None or committed <= meta.offset  # the request will be replayed

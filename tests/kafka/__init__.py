@@ -1,0 +1,1 @@
+"""Test-side launcher for a real Apache Kafka broker."""
