@@ -11,7 +11,6 @@ from pathlib import Path
 import click
 
 from lockstep import __version__
-from lockstep.errors import RoleCrashed
 from lockstep.clikit import (
     LockstepGroup,
     bootstrap_option,
@@ -20,6 +19,7 @@ from lockstep.clikit import (
     settings_for,
     until_signalled,
 )
+from lockstep.errors import RoleCrashed
 from lockstep.io_commands import publish, subscribe
 
 

@@ -83,7 +83,8 @@ class RoleSet:
 
     async def wait_crashed(self, poll_s: float = 0.2) -> BaseException:
         """Return once an agent has crashed the app, with the reason."""
-        while (reason := self.crash_reason) is None:
+        # mode's Service exposes a crashed flag, not a public event to await.
+        while (reason := self.crash_reason) is None:  # noqa: ASYNC110
             await asyncio.sleep(poll_s)
         return reason
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import faust
 import uvloop
-from mode.supervisors import CrashingSupervisor
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode.supervisors import CrashingSupervisor
 
 from streams.settings import Settings
 
