@@ -45,7 +45,7 @@ class AlignTask:
         message = event.message
         self.telemetry.stage("transport", max(0.0, now / 1e6 - message.timestamp))
         try:
-            token = self._decode(message.topic, event.value)
+            token = self._decode(message.topic, message.key, event.value)
         except BadInput as error:
             self.telemetry.token(_modality_label(message.topic), "deadletter")
             await self.outbox.dead_letter(event, error)
@@ -101,7 +101,7 @@ class AlignTask:
         log.info("forgot %d streams of revoked partitions", len(streams),
                  extra={"stage": STAGE})
 
-    def _decode(self, topic: str, value: bytes | None) -> Token:
+    def _decode(self, topic: str, key: object, value: bytes | None) -> Token:
         kind = peek_kind(value)
         if kind not in TOKEN_KINDS:
             raise DecodeError(f"a {kind.name.lower()} record is not a media token")
@@ -109,6 +109,11 @@ class AlignTask:
         expected = catalog.MODALITY_OF_TOPIC.get(topic)
         if expected is None or token.modality is not expected:  # type: ignore[attr-defined]
             raise DecodeError(f"a {kind.name.lower()} token does not belong on {topic}")
+        stream_id: str = token.stream_id  # type: ignore[attr-defined]
+        if key != stream_id.encode():
+            # Partitioning is by key: a token keyed otherwise would reach another align task
+            # than the rest of its stream and make a second window with the same key.
+            raise DecodeError(f"record key {key!r} is not the token's stream_id {stream_id!r}")
         return token  # type: ignore[return-value]
 
 

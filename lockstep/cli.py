@@ -121,7 +121,7 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
 
 @cli.group(cls=LockstepGroup)
 def topics() -> None:
-    """Create or describe the topic catalog."""
+    """Create, describe or verify the topic catalog."""
 
 
 @topics.command("create")
@@ -164,6 +164,24 @@ def topics_describe(ctx: click.Context, bootstrap: str | None) -> None:
     text, ok = run_async(main())
     click.echo(text)
     sys.exit(0 if ok else 1)
+
+
+@topics.command("verify")
+@bootstrap_option
+@click.pass_context
+def topics_verify(ctx: click.Context, bootstrap: str | None) -> None:
+    """Exit 0 if the cluster matches the catalog; otherwise print the problems and exit 1."""
+    from topics.admin import admin_client, verify_topics
+    from topics.catalog import catalog
+
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    admin = admin_client(settings.kafka.confluent_config())
+    specs = catalog(settings.topics, settings.kafka.max_record_bytes)
+    states = verify_topics(admin, specs, strict=False)
+    problems = [f"{s.spec.name}: {', '.join(s.problems)}" for s in states if s.problems]
+    for line in problems:
+        click.echo(line, err=True)
+    sys.exit(1 if problems else 0)
 
 
 @cli.command()

@@ -63,7 +63,7 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
     await observer.start()
     roles = await start_roles(settings, ROLES, telemetry)
     try:
-        await _wait_assigned(roles.app, timeout_s=30.0)
+        await roles.wait_assigned(timeout_s=30.0)
         published = await publish_synthetic(
             settings.kafka, stream_ids, options.seconds, telemetry,
             inject_bad=options.inject_bad)
@@ -73,15 +73,6 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
         await observer.stop()
     return _report(settings, options, telemetry, observer, published, drained,
                    embedded=embedded, metrics_port=metrics_port)
-
-
-async def _wait_assigned(app: Any, timeout_s: float) -> None:
-    """Wait until the consumer group has assigned partitions (the first join takes seconds)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if app.consumer.assignment():
-            return
-        await asyncio.sleep(0.05)
 
 
 async def _drain(observer: Observer, published: PublishReport, timeout_s: float) -> bool:

@@ -88,6 +88,19 @@ class RoleSet:
             await asyncio.sleep(poll_s)
         return reason
 
+    async def wait_assigned(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the group has assigned partitions to this process (a join takes seconds).
+
+        Returns:
+            False if nothing was assigned within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self.app.consumer.assignment():
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
     async def stop(self) -> None:
         """Stop consuming, flush the producer, release engines."""
         try:

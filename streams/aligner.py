@@ -37,6 +37,9 @@ from topics.schemas import (
 DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})
 _DEDUP_MEMORY = 4096
 _LAG_MEMORY = 256
+#: Evicted streams whose emitted-window watermark is still remembered (one int each).
+_EVICTED_MEMORY = 100_000
+_IDLE_EVICT_US = 60_000_000
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,9 @@ class Aligner:
         self.required = frozenset(Modality(m) for m in settings.required)
         self.slo_class = slo_class
         self._streams: dict[str, _Stream] = {}
+        # closed_below of streams evicted for idleness, so a straggler is still late, not
+        # a second window under an emitted window's key. Oldest first; bounded.
+        self._evicted: dict[str, int] = {}
 
     @property
     def open_windows(self) -> int:
@@ -142,7 +148,10 @@ class Aligner:
             out.rejected.append(Rejected(key, f"t_us {token.t_us} is more than "
                                               f"{self.max_future_us} µs in the future"))
             return out
-        st = self._streams.setdefault(token.stream_id, _Stream())
+        st = self._streams.get(token.stream_id)
+        if st is None:
+            st = self._streams[token.stream_id] = _Stream(
+                closed_below=self._evicted.pop(token.stream_id, -1))
         if self._seen_before(st, key):
             out.duplicates.append(key)
             return out
@@ -166,8 +175,11 @@ class Aligner:
         out = AlignOutput()
         for stream_id, st in list(self._streams.items()):
             out.extend(self._close_ready(stream_id, st, now_us))
-            if not st.open and now_us - st.last_arrival_us > 60_000_000:
+            if not st.open and now_us - st.last_arrival_us > _IDLE_EVICT_US:
                 del self._streams[stream_id]
+                self._evicted[stream_id] = st.closed_below
+                if len(self._evicted) > _EVICTED_MEMORY:
+                    del self._evicted[next(iter(self._evicted))]
         return out
 
     def flush(self, now_us: int) -> AlignOutput:
@@ -184,6 +196,7 @@ class Aligner:
         """
         for stream_id in stream_ids:
             self._streams.pop(stream_id, None)
+            self._evicted.pop(stream_id, None)
 
     def overdue(self, now_us: int) -> list[tuple[str, int]]:
         """Open windows (stream, window_seq) whose deadline is at or before ``now_us``.

@@ -6,6 +6,7 @@ Apache Kafka (KRaft, single node) is started from jars resolved through Maven Ce
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -33,3 +34,15 @@ def any_broker(request: pytest.FixtureRequest) -> str:
     """Each broker in turn (the pipeline must work on both)."""
     name = "apache_kafka" if request.param == "apache-kafka" else "tansu"
     return str(request.getfixturevalue(name))
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Collect garbage after each test.
+
+    Faust's consumer thread leaves finished tasks for the garbage collector; collected at an
+    arbitrary later point (inside CPython's parser, say) their finalizers have been seen to
+    break the test that happened to run then.
+    """
+    yield
+    gc.collect()

@@ -12,7 +12,19 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    Strict,
+    StrictBool,
+    StrictBytes,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    model_validator,
+)
 
 #: Earliest and latest accepted event time (2000-01-01 and 2100-01-01 UTC, in µs).
 MIN_T_US = 946_684_800_000_000
@@ -28,12 +40,16 @@ class Modality(StrEnum):
     SENSOR = "sensor"
 
 
+# Wire fields are strict: a string is not an int, text is not bytes (no base64 smuggled in
+# a bin field), and a float field takes only numbers.
 StreamId = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/\-]+$")
+    StrictStr, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/\-]+$")
 ]
-EventTime = Annotated[int, Field(ge=MIN_T_US, le=MAX_T_US)]
-Seq = Annotated[int, Field(ge=0, lt=2**63)]
-Confidence = Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]
+EventTime = Annotated[StrictInt, Field(ge=MIN_T_US, le=MAX_T_US)]
+Seq = Annotated[StrictInt, Field(ge=0, lt=2**63)]
+Number = Annotated[FiniteFloat, Strict()]
+Confidence = Annotated[Number, Field(ge=0.0, le=1.0)]
+Text = Annotated[StrictStr, StringConstraints(max_length=4096)]
 
 _BYTES_PER_PIXEL = {"gray8": 1, "rgb24": 3}
 _BYTES_PER_SAMPLE = {"pcm_s16le": 2, "pcm_f32le": 4}
@@ -54,11 +70,11 @@ class VideoToken(_Token):
 
     modality: Literal[Modality.VIDEO] = Modality.VIDEO
     format: Literal["gray8", "rgb24", "jpeg", "png", "h264"]
-    width: Annotated[int, Field(ge=1, le=16384)]
-    height: Annotated[int, Field(ge=1, le=16384)]
-    data: bytes
+    width: Annotated[StrictInt, Field(ge=1, le=16384)]
+    height: Annotated[StrictInt, Field(ge=1, le=16384)]
+    data: Annotated[StrictBytes, Field(min_length=1)]
     quality: Confidence | None = None
-    keyframe: bool = True
+    keyframe: StrictBool = True
 
     @model_validator(mode="after")
     def _raw_size_matches(self) -> VideoToken:
@@ -76,11 +92,11 @@ class AudioToken(_Token):
 
     modality: Literal[Modality.AUDIO] = Modality.AUDIO
     encoding: Literal["pcm_s16le", "pcm_f32le", "opus", "aac"]
-    sample_rate: Annotated[int, Field(ge=1000, le=384_000)]
-    channels: Annotated[int, Field(ge=1, le=8)]
-    duration_us: Annotated[int, Field(gt=0, le=10_000_000)]
-    data: bytes
-    asr_text: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    sample_rate: Annotated[StrictInt, Field(ge=1000, le=384_000)]
+    channels: Annotated[StrictInt, Field(ge=1, le=8)]
+    duration_us: Annotated[StrictInt, Field(gt=0, le=10_000_000)]
+    data: Annotated[StrictBytes, Field(min_length=1)]
+    asr_text: Text | None = None
     asr_confidence: Confidence | None = None
 
     @model_validator(mode="after")
@@ -104,8 +120,9 @@ class OcrToken(_Token):
     """Text read from the scene; valid from ``t_us`` until replaced."""
 
     modality: Literal[Modality.OCR] = Modality.OCR
-    text: Annotated[str, StringConstraints(max_length=4096)]
-    bbox: tuple[FiniteFloat, FiniteFloat, FiniteFloat, FiniteFloat]
+    text: Text
+    #: x, y, width, height of the text in the frame, normalised to 0..1.
+    bbox: tuple[Number, Number, Number, Number]
     confidence: Confidence
 
 
@@ -113,9 +130,9 @@ class SensorToken(_Token):
     """One reading of a named sensor (a vector of finite values)."""
 
     modality: Literal[Modality.SENSOR] = Modality.SENSOR
-    name: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    values: Annotated[list[FiniteFloat], Field(min_length=1, max_length=1024)]
-    unit: Annotated[str, StringConstraints(max_length=32)] = ""
+    name: Annotated[StrictStr, StringConstraints(min_length=1, max_length=128)]
+    values: Annotated[list[Number], Field(min_length=1, max_length=1024)]
+    unit: Annotated[StrictStr, StringConstraints(max_length=32)] = ""
     confidence: Confidence | None = None
 
 
@@ -123,7 +140,11 @@ Token = Annotated[VideoToken | AudioToken | OcrToken | SensorToken, Field(discri
 
 
 class Timeline(_Record):
-    """Wall-clock times (µs) at which a window passed each stage; 0 means not yet."""
+    """When a window passed each stage (µs since the epoch; 0 means not yet).
+
+    ``capture_us`` is event time: the producer's ``t_us`` of the newest token in the window.
+    The others are the wall clock of the stage that set them.
+    """
 
     capture_us: int = 0
     ingest_us: int = 0

@@ -81,6 +81,14 @@ def test_topics_create_is_idempotent_and_describe_verifies(apache_kafka: str) ->
     for topic in ("media.video", "media.audio", "media.ocr", "media.sensor", "aligned.windows",
                   "requests.vl", "responses", "deadletter", "late"):
         assert topic in described.stdout
+    assert _cli("topics", "verify", "--bootstrap", apache_kafka).returncode == 0
+
+
+def test_topics_verify_fails_on_a_cluster_without_the_catalog(tansu: str) -> None:
+    result = _cli("topics", "verify", "--bootstrap", tansu,
+                  env={"LOCKSTEP_TOPICS__POOLS": '["nowhere"]'})
+    assert result.returncode == 1
+    assert "requests.nowhere: missing" in result.stderr
 
 
 def test_broker_command_serves_until_sigterm() -> None:

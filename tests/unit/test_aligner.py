@@ -179,3 +179,13 @@ def test_every_token_lands_in_exactly_one_outcome(
                 assert state.skew_us is not None and state.skew_us <= tol * 1000
     for seqs in by_stream.values():
         assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
+
+
+def test_a_straggler_after_eviction_is_late_not_a_second_window() -> None:
+    al = _aligner(max_wait_ms=10)
+    al.add(video(seq=0, t_us=START + 10_000), START + 11_000)
+    assert al.poll(START + HOP + 30_000).windows
+    al.poll(START + 120_000_000)  # idle long enough to be evicted
+    assert al.open_windows == 0
+    out = al.add(audio(seq=0, t_us=START + 20_000), START + 121_000_000)
+    assert len(out.late) == 1 and out.windows == []
