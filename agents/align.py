@@ -17,6 +17,7 @@ from faust.types import TP, EventT, StreamT
 from agents.outbox import Outbox, wall_us
 from lockstep.errors import BadInput, DecodeError
 from streams.aligner import Aligner, AlignOutput, TokenKey
+from streams.rate import RateController, effective_fps
 from streams.settings import Settings
 from streams.telemetry import Telemetry
 from topics import catalog
@@ -31,7 +32,15 @@ class AlignTask:
     """State of the align role in one process: the operator and the unacknowledged events."""
 
     def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
-        self.aligner = Aligner(settings.align, settings.slo.default_class)
+        slo = settings.slo
+        self.aligner = Aligner(settings.align, slo.default_class)
+        self.rate = RateController(
+            max_stride=settings.align.max_stride,
+            enabled=settings.align.allow_downsampling
+            and slo.classes[slo.default_class].drop_frames)
+        self.risk_budget_us = slo.budget_ms(slo.default_class) * 1000 * (
+            settings.align.budget_share)
+        self._reported_us = 0
         self.outbox = Outbox(app, STAGE)
         self.telemetry = telemetry
         self.max_bytes = settings.kafka.max_record_bytes
@@ -70,7 +79,30 @@ class AlignTask:
     async def on_tick(self) -> None:
         """Emit the windows whose wait deadline has passed."""
         self.outbox.raise_if_failed()
-        await self.emit(self.aligner.poll(wall_us()))
+        now = wall_us()
+        await self.emit(self.aligner.poll(now))
+        if now - self._reported_us > 1_000_000:
+            self._reported_us = now
+            self.report_clocks()
+
+    def report_clocks(self) -> None:
+        """Publish the frame rates and the clock offsets and jitter as gauges."""
+        streams = self.aligner.streams().values()
+        fps = [effective_fps([], c.period_us) for st in streams
+               if (c := st.clocks.get(Modality.VIDEO)) is not None and c.ready]
+        if fps:
+            mean = sum(fps) / len(fps)
+            self.telemetry.align_fps.labels("effective").set(mean)
+            self.telemetry.align_fps.labels("target").set(mean / self.aligner.stride)
+        for m in Modality:
+            offsets = [st.offsets[m] for st in streams if m in st.offsets]
+            jitter = [j for st in streams if (c := st.clocks.get(m)) is not None
+                      and (j := c.report().jitter_us) is not None]
+            if offsets:
+                self.telemetry.clock_offset.labels(m.value).set(
+                    sum(offsets) / len(offsets) / 1000)
+            if jitter:
+                self.telemetry.clock_jitter.labels(m.value).set(sum(jitter) / len(jitter) / 1000)
 
     async def emit(self, out: AlignOutput) -> None:
         """Produce the windows of an aligner output, acknowledging their tokens on delivery."""
@@ -82,8 +114,11 @@ class AlignTask:
                     if event is not None:
                         events.append(event)
                 self.telemetry.token(modality, "window", len(seqs))
-            held = window.timeline.aligned_us - window.timeline.ingest_us
+            timeline = window.timeline
+            held = timeline.aligned_us - timeline.ingest_us
             self.telemetry.stage(STAGE, held / 1e6, slo_class=window.slo_class)
+            spent = timeline.aligned_us - timeline.capture_us
+            self.aligner.stride = self.rate.observe(spent / self.risk_budget_us)
             await self.outbox.send(catalog.ALIGNED, window.stream_id.encode(), window,
                                    ack=events)
 

@@ -1,138 +1,95 @@
-"""Event-time alignment of one partition's media tokens into windows (the ``align`` stage).
+"""Event-time alignment of one task's media tokens into windows (the ``align`` stage).
 
-Pure: no Kafka, no clock. Every call takes ``now_us`` (wall clock, µs) and returns what
-to produce. Each token ends in exactly one outcome — a window's ``members``, a late record,
-a duplicate, or a rejection (dead letter) — which is what makes the ledger countable.
+Pure: no Kafka, no clock reads; every call takes ``now_us`` (wall clock, µs) and returns
+what to produce. Every token ends in exactly one outcome — a window's ``members``, a late
+record, the duplicate counter, or a rejection (dead letter) — so the ledger is countable.
 
-Windows are tumbling in event time: window ``k`` of a stream covers
-``[k*hop, (k+1)*hop)`` and its ``window_seq`` is ``k``, so a replay after a restart rebuilds
-the same windows with the same idempotency keys. Within a window the video frame nearest
-the centre is the anchor; every other modality is matched by nearest timestamp within
-``tolerance``. A window closes when each expected modality has passed its end (its
-watermark, or its cadence says the next token belongs to a later window), or when its
-wait deadline expires — it then goes out partial, naming what is missing.
+Per stream:
+
+* Each modality's capture clock is recovered from (``seq``, ``t_us``) (:mod:`streams.clock`)
+  and shifted by its clock offset against video (configured, or estimated from transport
+  lag floors), giving every token a corrected capture time ``t``.
+* Windows tile the corrected timeline without gaps or overlaps. With video they are anchored
+  on frames: a window runs from the end of the previous one to halfway to the next anchor
+  frame (every ``stride``-th frame when the rate is sampled down). Without video they follow
+  a fixed hop. Other modalities are paired with the anchor (:mod:`streams.matching`).
+* A window is emitted as soon as every expected modality has passed its end (its watermark,
+  or its cadence says its next token falls later), or when its deadline expires — then it
+  is partial and names what is missing. It never waits past the deadline.
+* ``window_seq`` is the anchor frame's ``seq`` (or ``HOP_BASE`` + hop index without video),
+  so a replay after a restart rebuilds the same idempotency keys.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from streams.alignstate import DENSE, AlignOutput, Rejected, Stream, TokenKey
+from streams.matching import Item, match_audio, match_ocr, match_sensors
 from streams.settings import AlignSettings
 from topics.schemas import (
     AudioToken,
     LateToken,
     Modality,
     ModalityState,
-    OcrToken,
-    SensorToken,
     Timeline,
     Token,
     VideoToken,
     Window,
 )
 
-#: Modalities that arrive at a steady cadence; sparse OCR is never waited for.
-DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})
-_DEDUP_MEMORY = 4096
-_LAG_MEMORY = 256
-#: Evicted streams whose emitted-window watermark is still remembered (one int each).
+__all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
+
+#: ``window_seq`` of hop windows (streams without video) starts here, above any frame seq.
+HOP_BASE = 1 << 62
 _EVICTED_MEMORY = 100_000
-_IDLE_EVICT_US = 60_000_000
 
 
-@dataclass(frozen=True)
-class TokenKey:
-    """The ledger identity of a token."""
-
-    stream_id: str
-    modality: Modality
+@dataclass
+class _Plan:
+    start: int
+    end: int
+    anchor: int
+    frame: Item | None
     seq: int
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A token that decodes but cannot be aligned (goes to the dead-letter topic)."""
-
-    key: TokenKey
-    reason: str
+    certain: bool  # the end is fixed by a known next anchor, not predicted
 
 
 @dataclass
-class AlignOutput:
-    """What one call of the aligner produced."""
-
-    windows: list[Window] = field(default_factory=list)
-    late: list[LateToken] = field(default_factory=list)
-    duplicates: list[TokenKey] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
-
-    def extend(self, other: AlignOutput) -> None:
-        """Append another output's records to this one."""
-        self.windows += other.windows
-        self.late += other.late
-        self.duplicates += other.duplicates
-        self.rejected += other.rejected
-
-
-@dataclass
-class _Open:
-    tokens: list[tuple[Token, int]] = field(default_factory=list)  # (token, arrival µs)
-
-
-class _SlidingMin:
-    """Minimum of the last ``size`` values, O(1) amortised (monotonic deque)."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._count = 0
-        self._q: deque[tuple[int, int]] = deque()
-
-    def push(self, value: int) -> int:
-        while self._q and self._q[-1][1] >= value:
-            self._q.pop()
-        self._q.append((self._count, value))
-        if self._q[0][0] <= self._count - self._size:
-            self._q.popleft()
-        self._count += 1
-        return self._q[0][1]
-
-
-@dataclass
-class _Stream:
-    open: dict[int, _Open] = field(default_factory=dict)
-    closed_below: int = -1  # windows with index < this are emitted
-    watermark: dict[Modality, int] = field(default_factory=dict)
-    cadence: dict[Modality, float] = field(default_factory=dict)
-    last_t: dict[Modality, int] = field(default_factory=dict)
-    recent: dict[Modality, tuple[set[int], deque[int]]] = field(default_factory=dict)
-    lag: _SlidingMin = field(default_factory=lambda: _SlidingMin(_LAG_MEMORY))
-    lag_us: int = 0
-    last_arrival_us: int = 0
-
-
 class Aligner:
     """Aligns the tokens of many streams; one instance per align task."""
 
-    def __init__(self, settings: AlignSettings, slo_class: str) -> None:
-        self.hop_us = int(settings.hop_ms * 1000)
-        self.tolerance_us = int(settings.tolerance_ms * 1000)
-        self.max_wait_us = int(settings.max_wait_ms * 1000)
-        self.grace_us = int(settings.grace_ms * 1000)
-        self.max_future_us = int(settings.max_future_ms * 1000)
-        self.max_open = settings.max_open_windows
-        self.required = frozenset(Modality(m) for m in settings.required)
-        self.slo_class = slo_class
-        self._streams: dict[str, _Stream] = {}
-        # closed_below of streams evicted for idleness, so a straggler is still late, not
-        # a second window under an emitted window's key. Oldest first; bounded.
-        self._evicted: dict[str, int] = {}
+    settings: AlignSettings
+    slo_class: str
+    stride: int = 1
+    _streams: dict[str, Stream] = field(default_factory=dict)
+    _evicted: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.hop_us = int(s.hop_ms * 1000)
+        self.max_wait_us = int(s.max_wait_ms * 1000)
+        self.grace_us = int(s.grace_ms * 1000)
+        self.max_future_us = int(s.max_future_ms * 1000)
+        self.idle_us = int(s.idle_ms * 1000)
+        self.ocr_ttl_us = int(s.ocr_ttl_ms * 1000)
+        self.required = frozenset(Modality(m) for m in s.required)
+        self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
+                             for m in Modality}
+        self.offsets_us = {Modality(m): int(v * 1000) for m, v in s.clock_offsets_ms.items()}
+        self.offset_min_us = int(s.offset_min_ms * 1000)
+
+    # -- public ------------------------------------------------------------------------
 
     @property
     def open_windows(self) -> int:
-        """Windows buffered and not yet emitted, over all streams."""
-        return sum(len(s.open) for s in self._streams.values())
+        """Tokens buffered and not yet settled, over all streams."""
+        return sum(st.buffered for st in self._streams.values())
+
+    def streams(self) -> dict[str, Stream]:
+        """The live per-stream state (read-only use: clock reports, offsets, rates)."""
+        return self._streams
 
     def add(self, token: Token, now_us: int, raw: bytes | None = None) -> AlignOutput:
         """Take one token; return what it settles.
@@ -150,44 +107,54 @@ class Aligner:
             return out
         st = self._streams.get(token.stream_id)
         if st is None:
-            st = self._streams[token.stream_id] = _Stream(
-                closed_below=self._evicted.pop(token.stream_id, -1))
-        if self._seen_before(st, key):
+            st = self._streams[token.stream_id] = Stream(
+                closed_end=self._evicted.pop(token.stream_id, None))
+        if st.seen_before(key):
             out.duplicates.append(key)
             return out
-        index = token.t_us // self.hop_us
-        if index < st.closed_below:
+        item = Item(self._correct(st, token, now_us), token, now_us)
+        own = item.end - 1 if isinstance(token, AudioToken) else item.t
+        if st.closed_end is not None and own < st.closed_end:
             out.late.append(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,
-                t_us=token.t_us, watermark_us=st.closed_below * self.hop_us,
-                reason="window already emitted", at_us=now_us, value=raw,
-            ))
+                t_us=token.t_us, watermark_us=st.closed_end, reason="window already emitted",
+                at_us=now_us, value=raw))
             return out
-        st.open.setdefault(index, _Open()).tokens.append((token, now_us))
-        st.lag_us = st.lag.push(now_us - token.t_us)
-        st.last_arrival_us = now_us
-        self._advance(st, token)
-        out.extend(self._close_ready(token.stream_id, st, now_us))
+        st.insert(item, now_us)
+        out.windows += self._close_ready(token.stream_id, st, now_us, flush=False)
         return out
 
     def poll(self, now_us: int) -> AlignOutput:
-        """Emit the windows whose wait deadline has passed; evict idle, empty streams."""
+        """Emit windows whose deadline has passed; evict idle, empty streams."""
         out = AlignOutput()
         for stream_id, st in list(self._streams.items()):
-            out.extend(self._close_ready(stream_id, st, now_us))
-            if not st.open and now_us - st.last_arrival_us > _IDLE_EVICT_US:
+            out.windows += self._close_ready(stream_id, st, now_us, flush=False)
+            if not st.buffered and now_us - st.last_arrival > 60 * self.idle_us:
                 del self._streams[stream_id]
-                self._evicted[stream_id] = st.closed_below
-                if len(self._evicted) > _EVICTED_MEMORY:
-                    del self._evicted[next(iter(self._evicted))]
+                if st.closed_end is not None:
+                    self._evicted[stream_id] = st.closed_end
+                    if len(self._evicted) > _EVICTED_MEMORY:
+                        del self._evicted[next(iter(self._evicted))]
         return out
 
     def flush(self, now_us: int) -> AlignOutput:
-        """Emit every open window now (shutdown, end of input)."""
+        """Emit every buffered token now (shutdown, end of input)."""
         out = AlignOutput()
         for stream_id, st in self._streams.items():
-            out.windows += self._emit_until(stream_id, st, max(st.open, default=-1) + 1, now_us)
+            out.windows += self._close_ready(stream_id, st, now_us, flush=True)
         return out
+
+    def overdue(self, now_us: int) -> list[tuple[str, int]]:
+        """Windows (stream, window_seq) whose deadline is at or before ``now_us``.
+
+        Empty right after :meth:`poll` with the same time: no window waits past it.
+        """
+        late = []
+        for stream_id, st in self._streams.items():
+            plan = self._plan(st, now_us) if st.buffered else None
+            if plan is not None and now_us >= self._deadline(st, plan.end):
+                late.append((stream_id, plan.seq))
+        return late
 
     def forget(self, stream_ids: Iterable[str]) -> None:
         """Drop the state of streams this task no longer owns (partitions revoked).
@@ -198,145 +165,175 @@ class Aligner:
             self._streams.pop(stream_id, None)
             self._evicted.pop(stream_id, None)
 
-    def overdue(self, now_us: int) -> list[tuple[str, int]]:
-        """Open windows (stream, window_seq) whose deadline is at or before ``now_us``.
+    # -- time correction ---------------------------------------------------------------
 
-        Empty right after :meth:`poll` with the same time: no window waits past it.
-        """
-        return [(stream_id, index) for stream_id, st in self._streams.items()
-                for index in st.open if now_us >= self._deadline(st, index)]
-
-    def _deadline(self, st: _Stream, index: int) -> int:
-        return (index + 1) * self.hop_us + st.lag_us + self.max_wait_us
-
-    # -- internals ---------------------------------------------------------------------
-
-    @staticmethod
-    def _seen_before(st: _Stream, key: TokenKey) -> bool:
-        seen, order = st.recent.setdefault(key.modality, (set(), deque()))
-        if key.seq in seen:
-            return True
-        seen.add(key.seq)
-        order.append(key.seq)
-        if len(order) > _DEDUP_MEMORY:
-            seen.discard(order.popleft())
-        return False
-
-    @staticmethod
-    def _advance(st: _Stream, token: Token) -> None:
+    def _correct(self, st: Stream, token: Token, now_us: int) -> int:
         m = token.modality
-        end = token.t_us + token.duration_us if isinstance(token, AudioToken) else token.t_us
-        st.watermark[m] = max(st.watermark.get(m, end), end)
-        last = st.last_t.get(m)
-        if last is not None and token.t_us > last:
-            gap = token.t_us - last
-            prev = st.cadence.get(m)
-            st.cadence[m] = gap if prev is None else 0.8 * prev + 0.2 * gap
-        st.last_t[m] = max(token.t_us, last or token.t_us)
+        clock = st.clock(m)
+        recovered = clock.update(token.seq, token.t_us)
+        lag = st.lag(m)
+        if clock.ready:  # raw, jittered times would drag the floor down
+            lag.push(now_us, recovered)
+        offset = self.offsets_us.get(m)
+        if offset is None and self.settings.estimate_offsets and m is not Modality.VIDEO:
+            ref = st.lags.get(Modality.VIDEO)
+            if (ref is not None and ref.value is not None and lag.value is not None
+                    and ref.samples >= 32 and lag.samples >= 32):
+                offset = ref.value - lag.value
+                # Lag floors carry the clocks' residual error (a few ms): below the
+                # deadband an estimate is noise, and correcting by it would hurt.
+                if abs(offset) < self.offset_min_us:
+                    offset = 0
+        st.offsets[m] = offset or 0
+        return recovered - (offset or 0)
 
-    def _expected(self, st: _Stream) -> frozenset[Modality]:
-        seen_dense = frozenset(st.watermark) & DENSE
-        return self.required | seen_dense
+    def _deadline(self, st: Stream, end: int) -> int:
+        return end + st.lag_us + self.max_wait_us
 
-    def _passed(self, st: _Stream, m: Modality, end_us: int) -> bool:
+    # -- planning and emission ---------------------------------------------------------
+
+    def _stride_for(self, st: Stream) -> int:
+        return self.stride if self.settings.allow_downsampling else 1
+
+    def _plan(self, st: Stream, now_us: int) -> _Plan | None:
+        """The next window of a stream: its bounds and anchor, from what is buffered."""
+        earliest = st.earliest_start()
+        # Tile from the last window's end; jump over a long stretch that holds no token.
+        if st.closed_end is None or earliest - st.closed_end > self.hop_us:
+            start = earliest
+        else:
+            start = st.closed_end
+        video = st.buf[Modality.VIDEO]
+        stride = self._stride_for(st)
+        last = st.last_anchor_seq if st.last_anchor_seq is not None else -1
+        # A frame anchors at most one window: frames at or below the last anchor's seq
+        # (reordered stragglers) are only members.
+        fresh = [i for i in video if i.t >= start and i.token.seq > last]
+        clock = st.clocks.get(Modality.VIDEO)
+        anchors = [i for i in fresh if i.token.seq % stride == 0]
+        if not anchors and fresh:
+            due = clock.time_of(last + stride) if clock is not None and last >= 0 else None
+            if due is None or fresh[-1].t > due + self.tolerance_us[Modality.VIDEO]:
+                anchors = fresh  # the stride frame was dropped, or no clock says when it is due
+        video_live = now_us - st.last_seen.get(Modality.VIDEO, -(1 << 62)) <= self.idle_us
+        if anchors:
+            frame = anchors[0]
+            following = [i for i in anchors[1:] if i.token.seq > frame.token.seq]
+            if following:
+                return _Plan(start, (frame.t + following[0].t + 1) // 2, frame.t, frame,
+                             frame.token.seq, certain=True)
+            # No successor yet: a fitted clock predicts it, so the end is known all the same
+            # (a frame only lands before it by more jitter than the fit has seen).
+            ready_clock = clock is not None and clock.ready
+            cadence = (clock.period_us if clock is not None else None) or 1e6 / 24
+            nxt = frame.t + stride * cadence
+            return _Plan(start, max(frame.t + 1, int((frame.t + nxt) // 2)), frame.t, frame,
+                         frame.token.seq, certain=ready_clock)
+        if video_live and clock is not None and clock.ready and st.last_anchor_seq is not None:
+            # The expected frame has not come: a window without video, on the video clock.
+            seq = st.last_anchor_seq + stride
+            expected = clock.time_of(seq)
+            period = clock.period_us
+            if expected is not None and period is not None:
+                anchor = int(expected) - st.offsets.get(Modality.VIDEO, 0)
+                end = max(start + 1, int(anchor + stride * period / 2))
+                return _Plan(start, end, max(start, anchor), None, seq, certain=False)
+        index = start // self.hop_us
+        end = (index + 1) * self.hop_us
+        if end - start < self.hop_us // 4:
+            end += self.hop_us
+        return _Plan(start, end, (start + end) // 2, None, HOP_BASE + index, certain=False)
+
+    def _expected(self, st: Stream, now_us: int) -> tuple[frozenset[Modality], frozenset[Modality]]:
+        """Modalities to wait for, and modalities a window is partial without.
+
+        Wait for the required ones (unless seen and then gone idle) and for every dense
+        modality the stream is sending; a dead modality is named missing, never waited for.
+        """
+        live = frozenset(m for m, seen in st.last_seen.items()
+                         if m in DENSE and now_us - seen <= self.idle_us)
+        dead = frozenset(st.last_seen) - live
+        return (self.required - dead) | live, self.required | live
+
+    def _passed(self, st: Stream, m: Modality, end: int) -> bool:
         mark = st.watermark.get(m)
         if mark is None:
             return False
-        if mark >= end_us + self.grace_us:
+        if mark >= end + self.grace_us:
             return True
-        cadence = st.cadence.get(m)
-        # The next token is due at mark + cadence; if that lands in a later window even
-        # with the tolerance of jitter, this window will get no more of this modality.
-        return cadence is not None and mark + cadence - self.tolerance_us >= end_us
+        clock = st.clocks.get(m)
+        period = clock.period_us if clock is not None and clock.ready else None
+        # The next capture is due one period after the last; if even early by the tolerance
+        # it lands past the end, this window gets no more of this modality.
+        return period is not None and mark + period - self.tolerance_us[m] >= end
 
-    def _close_ready(self, stream_id: str, st: _Stream, now_us: int) -> AlignOutput:
-        out = AlignOutput()
-        if not st.open:
-            return out
-        expected = self._expected(st)
-        ready = -1
-        for index in sorted(st.open):
-            end = (index + 1) * self.hop_us
-            by_marks = all(self._passed(st, m, end) for m in expected)
-            by_deadline = now_us >= self._deadline(st, index)
-            if by_marks or by_deadline:
-                ready = index
-            else:
+    def _close_ready(self, stream_id: str, st: Stream, now_us: int, *,
+                     flush: bool) -> list[Window]:
+        windows: list[Window] = []
+        while st.buffered:
+            plan = self._plan(st, now_us)
+            if plan is None:
                 break
-        overflow = len(st.open) - self.max_open
-        if overflow > 0:
-            ready = max(ready, sorted(st.open)[overflow - 1])
-        if ready >= 0:
-            out.windows = self._emit_until(stream_id, st, ready + 1, now_us)
-        return out
-
-    def _emit_until(self, stream_id: str, st: _Stream, stop: int, now_us: int) -> list[Window]:
-        windows = []
-        for index in sorted(i for i in st.open if i < stop):
-            windows.append(self._build(stream_id, st, index, st.open.pop(index), now_us))
-        st.closed_below = max(st.closed_below, stop)
+            wait, check = self._expected(st, now_us)
+            if plan.frame is None and Modality.VIDEO in wait:
+                ready = False  # a frame may still come for this slot
+            else:
+                ready = (plan.certain or Modality.VIDEO not in wait) and all(
+                    self._passed(st, m, plan.end) for m in wait if m is not Modality.VIDEO)
+            over_budget = st.buffered > self.settings.max_buffered_tokens
+            if not (ready or flush or over_budget or now_us >= self._deadline(st, plan.end)):
+                break
+            window = self._emit(stream_id, st, plan, check, now_us)
+            if window is not None:
+                windows.append(window)
         return windows
 
-    def _build(self, stream_id: str, st: _Stream, index: int, win: _Open, now_us: int) -> Window:
-        start, end = index * self.hop_us, (index + 1) * self.hop_us
-        by_mod: dict[Modality, list[Token]] = {}
-        for token, _ in win.tokens:
-            by_mod.setdefault(token.modality, []).append(token)
-        for tokens in by_mod.values():
-            tokens.sort(key=lambda t: (t.t_us, t.seq))
-        frames = [t for t in by_mod.get(Modality.VIDEO, []) if isinstance(t, VideoToken)]
-        centre = (start + end) // 2
-        video = min(frames, key=lambda f: abs(f.t_us - centre)) if frames else None
-        anchor = video.t_us if video is not None else centre
-        audio = [t for t in by_mod.get(Modality.AUDIO, []) if isinstance(t, AudioToken)]
-        ocr = [t for t in by_mod.get(Modality.OCR, []) if isinstance(t, OcrToken)]
-        sensor = self._nearest_per_sensor(by_mod.get(Modality.SENSOR, []), anchor)
+    def _emit(self, stream_id: str, st: Stream, plan: _Plan, expected: frozenset[Modality],
+              now_us: int) -> Window | None:
+        owned = st.take_until(plan.end)
+        st.closed_end = plan.end
+        if not owned:
+            return None  # nothing captured in this stretch: no window to infer on
+        if plan.frame is not None or plan.seq < HOP_BASE:
+            st.last_anchor_seq = plan.seq
+        by_mod: dict[Modality, list[Item]] = {m: [] for m in Modality}
+        for item in owned:
+            by_mod[item.token.modality].append(item)
+        view = {m: by_mod[m] + st.peek_before(m, plan.end) for m in Modality}
         states: dict[Modality, ModalityState] = {}
-        if video is not None:
+        video = plan.frame.token if plan.frame is not None else None
+        if isinstance(video, VideoToken):
             states[Modality.VIDEO] = ModalityState(
-                present=True, confidence=video.quality, skew_us=0, tokens=len(frames))
-        if audio:
-            skew = min(_distance(anchor, a.t_us, a.t_us + a.duration_us) for a in audio)
-            confs = [a.asr_confidence for a in audio if a.asr_confidence is not None]
-            states[Modality.AUDIO] = ModalityState(
-                present=skew <= self.tolerance_us, confidence=max(confs) if confs else None,
-                skew_us=skew, tokens=len(audio))
-        if ocr:
-            states[Modality.OCR] = ModalityState(
-                present=True, confidence=sum(o.confidence for o in ocr) / len(ocr),
-                skew_us=min(abs(o.t_us - anchor) for o in ocr), tokens=len(ocr))
-        if sensor:
-            skew = min(abs(s.t_us - anchor) for s in sensor)
-            confs = [s.confidence for s in sensor if s.confidence is not None]
-            states[Modality.SENSOR] = ModalityState(
-                present=skew <= self.tolerance_us, confidence=min(confs) if confs else None,
-                skew_us=skew, tokens=len(by_mod[Modality.SENSOR]))
-        expected = self._expected(st) | frozenset(states)
-        missing = sorted(m for m in expected if not (m in states and states[m].present))
-        newest = max(t.t_us for t, _ in win.tokens)
+                present=True, confidence=video.quality, skew_us=0, matched_seq=video.seq,
+                tokens=len(by_mod[Modality.VIDEO]))
+        audio_state, audio = match_audio(view[Modality.AUDIO], plan.anchor, plan.start,
+                                         plan.end, self.tolerance_us[Modality.AUDIO])
+        sensor_state, sensors = match_sensors(
+            by_mod[Modality.SENSOR] + st.peek_after(Modality.SENSOR, plan.anchor),
+            st.last_sensor, plan.anchor, self.tolerance_us[Modality.SENSOR])
+        ocr_state, ocr = match_ocr(by_mod[Modality.OCR], st.last_ocr, plan.anchor,
+                                   self.ocr_ttl_us)
+        for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
+                         (Modality.OCR, ocr_state)):
+            if state is not None:
+                states[m] = state
+        st.remember(by_mod[Modality.SENSOR], by_mod[Modality.OCR])
+        missing: list[Modality] = sorted(m for m in expected | frozenset(states)
+                         if m is not Modality.OCR and not (m in states and states[m].present))
+        newest = max((i for i in owned), key=lambda i: i.token.t_us, default=None)
         return Window(
-            stream_id=stream_id, window_seq=index, t_start_us=start, t_end_us=end,
-            anchor_t_us=anchor, slo_class=self.slo_class, modalities=states,
-            missing=missing,
-            members={m: [t.seq for t in ts] for m, ts in sorted(by_mod.items())},
-            video=video, audio=audio, ocr=ocr, sensor=sensor,
-            timeline=Timeline(capture_us=newest, ingest_us=max(a for _, a in win.tokens),
-                              aligned_us=now_us),
+            stream_id=stream_id, window_seq=plan.seq, t_start_us=plan.start,
+            t_end_us=plan.end, anchor_t_us=plan.anchor, slo_class=self.slo_class,
+            modalities=states, missing=missing,
+            members={m: sorted(i.token.seq for i in items)
+                     for m, items in by_mod.items() if items},
+            video=video if isinstance(video, VideoToken) else None,
+            audio=[audio] if audio is not None else [i.token for i in view[Modality.AUDIO]
+                                                     if isinstance(i.token, AudioToken)],
+            ocr=ocr, sensor=sensors,
+            timeline=Timeline(
+                capture_us=newest.token.t_us if newest is not None else plan.end,
+                ingest_us=max((i.arrival for i in owned), default=now_us), aligned_us=now_us),
         )
 
-    @staticmethod
-    def _nearest_per_sensor(tokens: list[Token], anchor: int) -> list[SensorToken]:
-        best: dict[str, SensorToken] = {}
-        for t in tokens:
-            if isinstance(t, SensorToken):
-                cur = best.get(t.name)
-                if cur is None or abs(t.t_us - anchor) < abs(cur.t_us - anchor):
-                    best[t.name] = t
-        return [best[name] for name in sorted(best)]
 
-
-def _distance(point: int, start: int, end: int) -> int:
-    """Distance from a point to the interval [start, end] (0 inside)."""
-    if point < start:
-        return start - point
-    return max(0, point - end)

@@ -128,16 +128,44 @@ class TopicsSettings(_Section):
     deadletter_retention_ms: Annotated[int, Field(ge=60_000)] = 7 * 86_400_000
 
 
+ModalityName = Literal["video", "audio", "ocr", "sensor"]
+
+
 class AlignSettings(_Section):
     """Event-time alignment (see streams.aligner)."""
 
+    #: Window length for streams without video (with video, windows follow the frames).
     hop_ms: Annotated[float, Field(gt=1.0, le=10_000.0)] = 100.0
+    #: How far a matched token may be from the anchor, by default and per modality.
     tolerance_ms: Ms = 15.0
+    tolerances_ms: dict[ModalityName, Ms] = Field(default_factory=dict)
+    #: Longest wait past a window's end (in the stream's own transport lag) before it goes
+    #: out partial.
     max_wait_ms: Ms = 60.0
+    #: How far past a window's end a watermark must be when no cadence is known.
     grace_ms: Ms = 10.0
-    required: tuple[Literal["video", "audio", "ocr", "sensor"], ...] = ("video", "audio")
+    #: Modalities a window is partial without, even before the stream ever sent them.
+    required: tuple[ModalityName, ...] = ("video", "audio")
+    #: A dense modality silent this long is idle: named missing, no longer waited for.
+    idle_ms: Annotated[float, Field(gt=0.0)] = 500.0
+    #: How long an OCR capture stays valid when nothing replaces it.
+    ocr_ttl_ms: Annotated[float, Field(gt=0.0)] = 2000.0
+    #: Known clock offsets against video (a modality whose clock runs ahead is positive).
+    clock_offsets_ms: dict[ModalityName, float] = Field(default_factory=dict)
+    #: Estimate the offsets not configured from the floors of the modalities' transport lag.
+    estimate_offsets: bool = True
+    #: Estimated offsets smaller than this are treated as zero (estimation noise).
+    offset_min_ms: Ms = 5.0
+    #: Tokens from further than this in the future (by the task's clock) are dead-lettered.
     max_future_ms: Ms = 5_000.0
-    max_open_windows: Annotated[int, Field(ge=1)] = 64
+    #: Per stream: buffered tokens beyond this force the oldest window out.
+    max_buffered_tokens: Annotated[int, Field(ge=16)] = 4096
+    #: Sample windows down (every n-th frame anchors one) while the SLA is at risk.
+    allow_downsampling: bool = True
+    max_stride: Annotated[int, Field(ge=1, le=64)] = 4
+    #: Share of a window's e2e budget that may be spent by the time it is aligned; above
+    #: it the SLA counts as at risk.
+    budget_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
 
 
 class RouteSettings(_Section):

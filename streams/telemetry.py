@@ -82,6 +82,15 @@ class Telemetry:
                                  ["pool"], registry=r)
         self.consumer_lag = Gauge("lockstep_consumer_lag", "Records behind the log end.",
                                   ["topic", "group"], registry=r)
+        self.align_fps = Gauge(
+            "lockstep_align_fps", "Frame rate over streams: effective (captured) and target "
+            "(windows emitted; lower while the SLA is at risk).", ["kind"], registry=r)
+        self.clock_offset = Gauge(
+            "lockstep_align_clock_offset_ms", "Mean clock offset of a modality against video, "
+            "configured or estimated.", ["modality"], registry=r)
+        self.clock_jitter = Gauge(
+            "lockstep_align_clock_jitter_ms", "Mean timestamp jitter (residual sigma) of a "
+            "modality's recovered capture clock.", ["modality"], registry=r)
         self._rings: dict[str, _Ring] = {}
         self._e2e_total = 0
         self._e2e_met = 0

@@ -156,11 +156,16 @@ class Timeline(_Record):
 
 
 class ModalityState(_Record):
-    """How a modality was matched in a window."""
+    """How a modality was matched in a window.
+
+    ``matched_seq`` is the token the aligner paired with the anchor (for interpolated
+    sensors, the reading before it); ``skew_us`` its distance from the anchor.
+    """
 
     present: bool
     confidence: Confidence | None = None
     skew_us: int | None = None
+    matched_seq: Seq | None = None
     tokens: Annotated[int, Field(ge=0)] = 0
 
 

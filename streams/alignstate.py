@@ -1,0 +1,155 @@
+"""Per-stream state of the aligner: buffers, watermarks, clocks, dedup memory.
+
+Buffers hold tokens by the corrected time that decides which window owns them (an audio
+chunk is owned by the window holding its last sample), sorted, so a window takes a prefix.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass, field
+
+from streams.clock import CaptureClock, LagFloor
+from streams.matching import Item
+from topics.schemas import AudioToken, LateToken, Modality, Window
+
+#: Modalities that arrive at a steady cadence; sparse OCR is never waited for.
+DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})
+_DEDUP_MEMORY = 4096
+
+
+@dataclass(frozen=True)
+class TokenKey:
+    """The ledger identity of a token."""
+
+    stream_id: str
+    modality: Modality
+    seq: int
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A token that decodes but cannot be aligned (goes to the dead-letter topic)."""
+
+    key: TokenKey
+    reason: str
+
+
+@dataclass
+class AlignOutput:
+    """What one call of the aligner produced."""
+
+    windows: list[Window] = field(default_factory=list)
+    late: list[LateToken] = field(default_factory=list)
+    duplicates: list[TokenKey] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+
+    def extend(self, other: AlignOutput) -> None:
+        """Append another output's records to this one."""
+        self.windows += other.windows
+        self.late += other.late
+        self.duplicates += other.duplicates
+        self.rejected += other.rejected
+
+
+def own_time(item: Item) -> int:
+    """The corrected time that decides which window owns a token."""
+    return item.end - 1 if isinstance(item.token, AudioToken) else item.t
+
+
+@dataclass
+class Stream:
+    """Everything the aligner keeps for one stream."""
+
+    closed_end: int | None = None
+    buf: dict[Modality, list[Item]] = field(
+        default_factory=lambda: {m: [] for m in Modality})
+    buffered: int = 0
+    clocks: dict[Modality, CaptureClock] = field(default_factory=dict)
+    lags: dict[Modality, LagFloor] = field(default_factory=dict)
+    offsets: dict[Modality, int] = field(default_factory=dict)
+    watermark: dict[Modality, int] = field(default_factory=dict)
+    last_seen: dict[Modality, int] = field(default_factory=dict)
+    last_arrival: int = 0
+    last_anchor_seq: int | None = None
+    last_sensor: dict[str, Item] = field(default_factory=dict)
+    last_ocr: list[Item] = field(default_factory=list)
+    delay: LagFloor = field(default_factory=LagFloor)
+    lag_us: int = 0
+    _recent: dict[Modality, tuple[set[int], deque[int]]] = field(default_factory=dict)
+
+    def clock(self, m: Modality) -> CaptureClock:
+        """The capture clock of a modality (created on first use)."""
+        clock = self.clocks.get(m)
+        if clock is None:
+            clock = self.clocks[m] = CaptureClock()
+        return clock
+
+    def lag(self, m: Modality) -> LagFloor:
+        """The lag floor of a modality (created on first use)."""
+        floor = self.lags.get(m)
+        if floor is None:
+            floor = self.lags[m] = LagFloor()
+        return floor
+
+    def seen_before(self, key: TokenKey) -> bool:
+        """True for a (modality, seq) among the recent ones; remembers it otherwise."""
+        seen, order = self._recent.setdefault(key.modality, (set(), deque()))
+        if key.seq in seen:
+            return True
+        seen.add(key.seq)
+        order.append(key.seq)
+        if len(order) > _DEDUP_MEMORY:
+            seen.discard(order.popleft())
+        return False
+
+    def insert(self, item: Item, now_us: int) -> None:
+        """Buffer a token and advance the stream's marks."""
+        m = item.token.modality
+        bisect.insort(self.buf[m], item, key=own_time)
+        self.buffered += 1
+        self.watermark[m] = max(self.watermark.get(m, item.end), item.end)
+        self.last_seen[m] = now_us
+        self.last_arrival = now_us
+        self.lag_us = self.delay.push(now_us, item.t)
+
+    def earliest_start(self) -> int:
+        """The earliest capture start buffered (the stream must hold a token)."""
+        return min(i.t for b in self.buf.values() for i in b[:8])
+
+    def take_until(self, end: int) -> list[Item]:
+        """Remove and return every buffered token owned before ``end``."""
+        taken: list[Item] = []
+        for m, items in self.buf.items():
+            cut = bisect.bisect_left(items, end, key=own_time)
+            if cut:
+                taken += items[:cut]
+                self.buf[m] = items[cut:]
+        self.buffered -= len(taken)
+        return taken
+
+    def peek_before(self, m: Modality, end: int) -> list[Item]:
+        """Buffered tokens of ``m`` (owned by later windows) that start before ``end``."""
+        return [i for i in self.buf[m] if i.t < end]
+
+    def peek_after(self, m: Modality, t: int) -> list[Item]:
+        """The first buffered token of ``m`` after ``t``, per sensor name at most one."""
+        out: dict[str, Item] = {}
+        for item in self.buf[m]:
+            name = getattr(item.token, "name", "")
+            if item.t > t and name not in out:
+                out[name] = item
+        return list(out.values())
+
+    def remember(self, sensors: list[Item], ocr: list[Item]) -> None:
+        """Keep the last sensor reading per name and the last OCR capture past a window."""
+        for item in sensors:
+            name = getattr(item.token, "name", "")
+            prev = self.last_sensor.get(name)
+            if prev is None or item.t >= prev.t:
+                self.last_sensor[name] = item
+        if ocr:
+            latest = max(i.t for i in ocr)
+            if not self.last_ocr or latest >= self.last_ocr[0].t:
+                self.last_ocr = [i for i in ocr if i.t == latest]

@@ -1,0 +1,185 @@
+"""Recovery of capture clocks from jittery device timestamps.
+
+Pure and O(1) per token. A device stamps each capture with ``t_us`` and counts captures
+with ``seq`` (including captures dropped before publishing). Capture happens at a steady
+cadence, so ``t ≈ a + b·seq``: :class:`CaptureClock` fits that line by exponentially
+forgotten least squares, which follows slow drift while averaging out timestamp jitter,
+and answers the recovered time of any ``seq``. :class:`OffsetEstimator` estimates how far
+one modality's clock runs ahead of another's from the floor of their transport lags.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ClockReport:
+    """The state of one recovered clock, for metrics and windows."""
+
+    ready: bool
+    period_us: float | None
+    jitter_us: float | None
+    resets: int
+    outliers: int
+
+
+class CaptureClock:
+    """Fits ``t_us = a + b·seq`` online for one (stream, modality).
+
+    Args:
+        forget: Weight kept by old points per new point (0.99 ≈ the last 100 captures).
+        min_points: Points needed before recovered times are used.
+        outlier_sigmas: A point further than this many residual sigma from the line is an
+            outlier; it is not fitted and its raw time is kept.
+        min_outlier_us: Floor of the outlier threshold (tiny residuals on clean clocks).
+        reset_after: Consecutive outliers that mean the clock jumped: the fit restarts.
+    """
+
+    def __init__(self, forget: float = 0.99, min_points: int = 12, outlier_sigmas: float = 6.0,
+                 min_outlier_us: float = 20_000.0, reset_after: int = 4) -> None:
+        self.forget = forget
+        self.min_points = min_points
+        self.outlier_sigmas = outlier_sigmas
+        self.min_outlier_us = min_outlier_us
+        self.reset_after = reset_after
+        self.resets = 0
+        self.outliers = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._x0: int | None = None
+        self._y0 = 0
+        self._n = 0
+        self._s0 = self._sx = self._sy = self._sxx = self._sxy = self._syy = 0.0
+        self._var = 0.0  # weighted residual variance of the fit
+        self._a = self._b = 0.0
+        self._run = 0
+        self._last_seq: int | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True once enough points are fitted and the cadence is regular."""
+        if self._n < self.min_points or self._b <= 0:
+            return False
+        return math.sqrt(self._var) < 0.3 * self._b  # irregular streams keep raw times
+
+    @property
+    def period_us(self) -> float | None:
+        """The fitted time between consecutive captures."""
+        return self._b if self._n >= 2 and self._b > 0 else None
+
+    def report(self) -> ClockReport:
+        """Current fit quality."""
+        return ClockReport(self.ready, self.period_us,
+                           math.sqrt(self._var) if self._n >= 2 else None,
+                           self.resets, self.outliers)
+
+    def time_of(self, seq: int) -> float | None:
+        """Recovered capture time of ``seq`` (µs), or None while not ready."""
+        if not self.ready or self._x0 is None:
+            return None
+        return self._y0 + self._a + self._b * (seq - self._x0)
+
+    def update(self, seq: int, t_us: int) -> int:
+        """Fit one (seq, t) point and return the token's recovered capture time."""
+        if self._last_seq is not None and seq < self._last_seq - 10_000:
+            self._restart()  # the counter wrapped or the device restarted
+        if self._x0 is None:
+            self._x0, self._y0 = seq, t_us
+        if seq - self._x0 > 100_000:
+            self._rebase(seq - self._x0)
+        x, y = float(seq - self._x0), float(t_us - self._y0)
+        if self._n >= self.min_points:
+            residual = y - (self._a + self._b * x)
+            limit = max(self.min_outlier_us, self.outlier_sigmas * math.sqrt(self._var))
+            if abs(residual) > limit:
+                self.outliers += 1
+                self._run += 1
+                if self._run >= self.reset_after:
+                    self._restart()
+                    return self.update(seq, t_us)
+                return t_us
+        self._run = 0
+        f = self.forget
+        self._s0 = f * self._s0 + 1.0
+        self._sx = f * self._sx + x
+        self._sy = f * self._sy + y
+        self._sxx = f * self._sxx + x * x
+        self._sxy = f * self._sxy + x * y
+        self._syy = f * self._syy + y * y
+        self._n += 1
+        self._last_seq = seq if self._last_seq is None else max(self._last_seq, seq)
+        det = self._s0 * self._sxx - self._sx * self._sx
+        if self._n >= 2 and det > 1e-9:
+            self._b = (self._s0 * self._sxy - self._sx * self._sy) / det
+            self._a = (self._sy - self._b * self._sx) / self._s0
+            sse = self._syy - self._a * self._sy - self._b * self._sxy
+            dof = max(self._s0 - 2.0, 1.0)
+            self._var = max(0.0, sse / dof)
+        recovered = self.time_of(seq)
+        return t_us if recovered is None else round(recovered)
+
+    def _rebase(self, dx: int) -> None:
+        """Move the origin ``dx`` captures later, keeping the fit (bounds float error)."""
+        shift = round(self._a + self._b * dx)
+        s0, sx, sy = self._s0, self._sx, self._sy
+        self._sxx += -2 * dx * sx + dx * dx * s0
+        self._sxy += -dx * sy - shift * sx + dx * shift * s0
+        self._syy += -2 * shift * sy + shift * shift * s0
+        self._sx = sx - dx * s0
+        self._sy = sy - shift * s0
+        self._a += self._b * dx - shift
+        if self._x0 is not None:
+            self._x0 += dx
+        self._y0 += shift
+
+    def _restart(self) -> None:
+        self.resets += 1
+        self._clear()
+
+
+class _SlidingMin:
+    """Minimum of the last ``size`` values, O(1) amortised (monotonic deque)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._count = 0
+        self._q: deque[tuple[int, int]] = deque()
+
+    def push(self, value: int) -> int:
+        while self._q and self._q[-1][1] >= value:
+            self._q.pop()
+        self._q.append((self._count, value))
+        if self._q[0][0] <= self._count - self._size:
+            self._q.popleft()
+        self._count += 1
+        return self._q[0][1]
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+
+class LagFloor:
+    """The floor of ``arrival - capture`` over recent tokens: transport lag plus clock offset.
+
+    Its minimum over a sliding window is robust to queueing bursts; comparing the floors of
+    two modalities of one stream estimates their clock offset, provided they travel alike.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._min = _SlidingMin(size)
+        self.value: int | None = None
+
+    def push(self, arrival_us: int, capture_us: int) -> int:
+        """Add one observation; return the current floor."""
+        self.value = self._min.push(arrival_us - capture_us)
+        return self.value
+
+    @property
+    def samples(self) -> int:
+        """Observations seen."""
+        return self._min.count
