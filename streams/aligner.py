@@ -121,13 +121,33 @@ class Aligner:
                 at_us=now_us, value=raw))
             return out
         st.insert(item, now_us)
-        out.windows += self._close_ready(token.stream_id, st, now_us, flush=False)
+        if self._may_complete(st, item):
+            out.windows += self._close_ready(token.stream_id, st, now_us, flush=False)
         return out
+
+    def _may_complete(self, st: Stream, item: Item) -> bool:
+        """Whether a new token can change the waiting window (else skip re-planning)."""
+        pending = st.pending
+        m = item.token.modality
+        if (pending is None or m is Modality.VIDEO or item.t < pending[0]
+                or st.buffered > self.settings.max_buffered_tokens):
+            return True
+        start, end, blocked = pending
+        if m in blocked and self._passed(st, m, end):
+            blocked = blocked - {m}
+            if not blocked:
+                return True
+            st.pending = (start, end, blocked)
+        # Still waiting; the deadline may move with the stream's lag.
+        st.wake_us = min(st.wake_us, self._deadline(st, end))
+        return False
 
     def poll(self, now_us: int) -> AlignOutput:
         """Emit windows whose deadline has passed; evict idle, empty streams."""
         out = AlignOutput()
         for stream_id, st in list(self._streams.items()):
+            if now_us < st.wake_us:
+                continue  # nothing of this stream can be due before then
             out.windows += self._close_ready(stream_id, st, now_us, flush=False)
             if not st.buffered and now_us - st.last_arrival > 60 * self.idle_us:
                 del self._streams[stream_id]
@@ -173,7 +193,9 @@ class Aligner:
         recovered = clock.update(token.seq, token.t_us)
         lag = st.lag(m)
         if clock.ready:  # raw, jittered times would drag the floor down
-            lag.push(now_us, recovered)
+            # A chunk can only be sent once it has been captured whole: measure from its end.
+            done = recovered + token.duration_us if isinstance(token, AudioToken) else recovered
+            lag.push(now_us, done)
         offset = self.offsets_us.get(m)
         if offset is None and self.settings.estimate_offsets and m is not Modality.VIDEO:
             ref = st.lags.get(Modality.VIDEO)
@@ -270,6 +292,8 @@ class Aligner:
     def _close_ready(self, stream_id: str, st: Stream, now_us: int, *,
                      flush: bool) -> list[Window]:
         windows: list[Window] = []
+        st.wake_us = now_us + 60 * self.idle_us  # idle check when nothing is buffered
+        st.pending = None
         while st.buffered:
             plan = self._plan(st, now_us)
             if plan is None:
@@ -281,7 +305,16 @@ class Aligner:
                 ready = (plan.certain or Modality.VIDEO not in wait) and all(
                     self._passed(st, m, plan.end) for m in wait if m is not Modality.VIDEO)
             over_budget = st.buffered > self.settings.max_buffered_tokens
-            if not (ready or flush or over_budget or now_us >= self._deadline(st, plan.end)):
+            deadline = self._deadline(st, plan.end)
+            if not (ready or flush or over_budget or now_us >= deadline):
+                # Until a token arrives (add re-plans), only the deadline or a modality
+                # going idle can change this.
+                st.wake_us = min(deadline, now_us + self.idle_us)
+                # Only a token of these (or a frame, or an earlier token) can make the
+                # window ready before then.
+                st.pending = (plan.start, plan.end, frozenset(
+                    m for m in wait if m is not Modality.VIDEO
+                    and not self._passed(st, m, plan.end)))
                 break
             window = self._emit(stream_id, st, plan, check, now_us)
             if window is not None:
@@ -303,7 +336,7 @@ class Aligner:
         states: dict[Modality, ModalityState] = {}
         video = plan.frame.token if plan.frame is not None else None
         if isinstance(video, VideoToken):
-            states[Modality.VIDEO] = ModalityState(
+            states[Modality.VIDEO] = ModalityState.model_construct(
                 present=True, confidence=video.quality, skew_us=0, matched_seq=video.seq,
                 tokens=len(by_mod[Modality.VIDEO]))
         audio_state, audio = match_audio(view[Modality.AUDIO], plan.anchor, plan.start,
@@ -321,7 +354,7 @@ class Aligner:
         missing: list[Modality] = sorted(m for m in expected | frozenset(states)
                          if m is not Modality.OCR and not (m in states and states[m].present))
         newest = max((i for i in owned), key=lambda i: i.token.t_us, default=None)
-        return Window(
+        return Window.model_construct(
             stream_id=stream_id, window_seq=plan.seq, t_start_us=plan.start,
             t_end_us=plan.end, anchor_t_us=plan.anchor, slo_class=self.slo_class,
             modalities=states, missing=missing,
@@ -331,9 +364,10 @@ class Aligner:
             audio=[audio] if audio is not None else [i.token for i in view[Modality.AUDIO]
                                                      if isinstance(i.token, AudioToken)],
             ocr=ocr, sensor=sensors,
-            timeline=Timeline(
+            timeline=Timeline.model_construct(
                 capture_us=newest.token.t_us if newest is not None else plan.end,
-                ingest_us=max((i.arrival for i in owned), default=now_us), aligned_us=now_us),
+                ingest_us=max((i.arrival for i in owned), default=now_us), aligned_us=now_us,
+                routed_us=0, dequeued_us=0, inferred_us=0, responded_us=0),
         )
 
 

@@ -77,6 +77,10 @@ class Stream:
     last_ocr: list[Item] = field(default_factory=list)
     delay: LagFloor = field(default_factory=LagFloor)
     lag_us: int = 0
+    #: Before this wall time a poll has nothing to do for the stream.
+    wake_us: int = 0
+    #: The waiting window (start, end, modalities it waits for); None: re-plan on any token.
+    pending: tuple[int, int, frozenset[Modality]] | None = None
     _recent: dict[Modality, tuple[set[int], deque[int]]] = field(default_factory=dict)
 
     def clock(self, m: Modality) -> CaptureClock:

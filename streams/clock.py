@@ -57,14 +57,18 @@ class CaptureClock:
         self._var = 0.0  # weighted residual variance of the fit
         self._a = self._b = 0.0
         self._run = 0
+        self._ready = False
         self._last_seq: int | None = None
 
     @property
     def ready(self) -> bool:
         """True once enough points are fitted and the cadence is regular."""
-        if self._n < self.min_points or self._b <= 0:
-            return False
-        return math.sqrt(self._var) < 0.3 * self._b  # irregular streams keep raw times
+        return self._ready
+
+    def _update_ready(self) -> None:
+        # Irregular streams (residuals near the cadence) keep their raw times.
+        self._ready = (self._n >= self.min_points and self._b > 0
+                       and self._var < 0.09 * self._b * self._b)
 
     @property
     def period_us(self) -> float | None:
@@ -119,6 +123,7 @@ class CaptureClock:
             sse = self._syy - self._a * self._sy - self._b * self._sxy
             dof = max(self._s0 - 2.0, 1.0)
             self._var = max(0.0, sse / dof)
+        self._update_ready()
         recovered = self.time_of(seq)
         return t_us if recovered is None else round(recovered)
 

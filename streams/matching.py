@@ -2,7 +2,8 @@
 
 Pure functions over tokens whose capture times are already recovered (``t`` below is the
 corrected capture time, µs). Audio is cut sample-accurately to the window, sensors are
-interpolated at the anchor, OCR holds until replaced or until its TTL.
+interpolated at the anchor, OCR holds until replaced or until its TTL. Records built here
+come from validated tokens and are constructed without re-validation (the hot path).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def match_audio(items: Sequence[Item], anchor: int, start: int, end: int,
     assert isinstance(token, AudioToken)
     confs = [c.token.asr_confidence for c in chunks if isinstance(c.token, AudioToken)
              and c.token.asr_confidence is not None]
-    state = ModalityState(present=skew <= tolerance, confidence=max(confs) if confs else None,
+    state = ModalityState.model_construct(present=skew <= tolerance, confidence=max(confs) if confs else None,
                           skew_us=skew, matched_seq=token.seq, tokens=len(chunks))
     return state, _cut(chunks, start, end)
 
@@ -81,9 +82,10 @@ def _cut(chunks: Sequence[Item], start: int, end: int) -> AudioToken | None:
         if lo < hi:
             out[lo:hi] = pcm[lo - offset:hi - offset]
     duration = round(n * 1_000_000 / rate)
-    return AudioToken(stream_id=first.stream_id, seq=first.seq, t_us=start,
+    return AudioToken.model_construct(stream_id=first.stream_id, seq=first.seq, t_us=start,
                       encoding=first.encoding, sample_rate=rate, channels=channels,
-                      duration_us=duration, data=out.tobytes(),
+                      duration_us=duration, data=out.tobytes(), modality=first.modality,
+                      asr_confidence=None,
                       asr_text=" ".join(c.token.asr_text for c in chunks
                                         if isinstance(c.token, AudioToken) and c.token.asr_text)
                       or None)
@@ -133,7 +135,7 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
     near_token = nearest.token
     assert isinstance(near_token, SensorToken)
     confs = [v.confidence for v in values if v.confidence is not None]
-    state = ModalityState(present=bool(values), confidence=min(confs) if confs else None,
+    state = ModalityState.model_construct(present=bool(values), confidence=min(confs) if confs else None,
                           skew_us=abs(nearest.t - anchor) if skew is None else skew,
                           matched_seq=near_token.seq,
                           tokens=sum(1 for i in items if isinstance(i.token, SensorToken)))
@@ -150,7 +152,7 @@ def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
     latest = max(i.t for i in candidates)
     valid = sorted((i for i in candidates if i.t == latest), key=lambda i: i.token.seq)
     tokens = [i.token for i in valid if isinstance(i.token, OcrToken)]
-    state = ModalityState(present=True,
+    state = ModalityState.model_construct(present=True,
                           confidence=sum(t.confidence for t in tokens) / len(tokens),
                           skew_us=anchor - latest, matched_seq=tokens[0].seq,
                           tokens=len(tokens))

@@ -147,8 +147,8 @@ def test_clock_recovery_keeps_jittered_frames_paired_with_the_right_audio() -> N
     for i in range(150):
         jitter = int(rng.normal(0, 8000))
         feed.append((START + i * P + 30_000, video(seq=i, t_us=START + i * P + jitter)))
-    feed += [(START + i * 20_000 + 30_000, audio(seq=i, t_us=START + i * 20_000))
-             for i in range(250)]
+    feed += [(START + (i + 1) * 20_000 + 30_000, audio(seq=i, t_us=START + i * 20_000))
+             for i in range(250)]  # a chunk leaves once it has been captured whole
     al, out = _aligner(), AlignOutput()
     for arrival, token in sorted(feed, key=lambda x: x[0]):
         out.extend(al.poll(arrival))
@@ -170,8 +170,8 @@ def test_audio_clock_offset_is_estimated_from_transport_lag() -> None:
     tokens += [audio(seq=i, t_us=START + i * 20_000 + skew) for i in range(330)]
     out = AlignOutput()
     for token in sorted(tokens, key=lambda t: t.t_us):
-        true = token.t_us - (skew if isinstance(token, AudioToken) else 0)
-        out.extend(al.add(token, true + 3000))
+        true_end = token.t_us - skew + 20_000 if isinstance(token, AudioToken) else token.t_us
+        out.extend(al.add(token, true_end + 3000))
     assert al.streams()["s"].offsets[Modality.AUDIO] == pytest.approx(skew, abs=500)
     late = [w for w in out.windows if w.window_seq > 100]
     assert all(w.modalities[Modality.AUDIO].matched_seq == (w.window_seq * P) // 20_000
