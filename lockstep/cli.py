@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from lockstep import __version__
+from lockstep.bench import bench
 from lockstep.clikit import (
     LockstepGroup,
     bootstrap_option,
@@ -211,6 +212,7 @@ def broker(port: int | None, host: str) -> None:
 
 cli.add_command(publish)
 cli.add_command(subscribe)
+cli.add_command(bench)
 
 
 def main() -> None:

@@ -44,6 +44,8 @@ __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
 #: ``window_seq`` of hop windows (streams without video) starts here, above any frame seq.
 HOP_BASE = 1 << 62
 _EVICTED_MEMORY = 100_000
+#: Lag-floor samples of a modality and of video before an offset estimate is trusted.
+_OFFSET_SAMPLES = 8
 
 
 @dataclass
@@ -190,6 +192,7 @@ class Aligner:
     def _correct(self, st: Stream, token: Token, now_us: int) -> int:
         m = token.modality
         clock = st.clock(m)
+        # An irregular (event-driven) modality never gets a ready clock: raw stamps stay.
         recovered = clock.update(token.seq, token.t_us)
         lag = st.lag(m)
         if clock.ready:  # raw, jittered times would drag the floor down
@@ -197,17 +200,30 @@ class Aligner:
             done = recovered + token.duration_us if isinstance(token, AudioToken) else recovered
             lag.push(now_us, done)
         offset = self.offsets_us.get(m)
-        if offset is None and self.settings.estimate_offsets and m is not Modality.VIDEO:
+        if offset is None and (m is Modality.VIDEO or not self.settings.estimate_offsets):
+            offset = 0
+        if offset is None:
             ref = st.lags.get(Modality.VIDEO)
-            if (ref is not None and ref.value is not None and lag.value is not None
-                    and ref.samples >= 32 and lag.samples >= 32):
-                offset = ref.value - lag.value
+            if (ref is not None and ref.low is not None and lag.low is not None
+                    and ref.samples >= _OFFSET_SAMPLES and lag.samples >= _OFFSET_SAMPLES):
+                offset = ref.low - lag.low
                 # Lag floors carry the clocks' residual error (a few ms): below the
                 # deadband an estimate is noise, and correcting by it would hurt.
                 if abs(offset) < self.offset_min_us:
                     offset = 0
+        if offset is not None:
+            st.offset_known.add(m)
         st.offsets[m] = offset or 0
         return recovered - (offset or 0)
+
+    @staticmethod
+    def _retime(st: Stream, item: Item) -> Item:
+        """The item at its capture time as recovered by the clock's current fit."""
+        m = item.token.modality
+        clock = st.clocks.get(m)
+        t = clock.time_of(item.token.seq) if clock is not None else None
+        return item if t is None else Item(round(t) - st.offsets.get(m, 0), item.token,
+                                           item.arrival)
 
     def _deadline(self, st: Stream, end: int) -> int:
         return end + st.lag_us + self.max_wait_us
@@ -332,23 +348,33 @@ class Aligner:
         by_mod: dict[Modality, list[Item]] = {m: [] for m in Modality}
         for item in owned:
             by_mod[item.token.modality].append(item)
-        view = {m: by_mod[m] + st.peek_before(m, plan.end) for m in Modality}
         states: dict[Modality, ModalityState] = {}
         video = plan.frame.token if plan.frame is not None else None
+        if plan.frame is not None:
+            # The clocks have seen more captures since these tokens came: pair on their
+            # latest recovered times (ownership stays as decided).
+            plan.anchor = min(max(self._retime(st, plan.frame).t, plan.start), plan.end - 1)
         if isinstance(video, VideoToken):
             states[Modality.VIDEO] = ModalityState.model_construct(
                 present=True, confidence=video.quality, skew_us=0, matched_seq=video.seq,
                 tokens=len(by_mod[Modality.VIDEO]))
-        audio_state, audio = match_audio(view[Modality.AUDIO], plan.anchor, plan.start,
-                                         plan.end, self.tolerance_us[Modality.AUDIO])
+        audio_view = by_mod[Modality.AUDIO] + st.peek_before(Modality.AUDIO, plan.end)
+        audio_state, audio = match_audio([self._retime(st, i) for i in audio_view], plan.anchor,
+                                         plan.start, plan.end, self.tolerance_us[Modality.AUDIO])
+        sensor_view = by_mod[Modality.SENSOR] + st.peek_after(Modality.SENSOR, plan.anchor)
         sensor_state, sensors = match_sensors(
-            by_mod[Modality.SENSOR] + st.peek_after(Modality.SENSOR, plan.anchor),
-            st.last_sensor, plan.anchor, self.tolerance_us[Modality.SENSOR])
+            [self._retime(st, i) for i in sensor_view], st.last_sensor, plan.anchor,
+            self.tolerance_us[Modality.SENSOR])
         ocr_state, ocr = match_ocr(by_mod[Modality.OCR], st.last_ocr, plan.anchor,
                                    self.ocr_ttl_us)
         for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
                          (Modality.OCR, ocr_state)):
             if state is not None:
+                if (state.present and m is not Modality.OCR and m not in st.offset_known
+                        and Modality.VIDEO in st.last_seen):
+                    # Its clock offset against video is not known yet: the pairing could be
+                    # off by that much, so the window is partial rather than misaligned.
+                    state = state.model_copy(update={"present": False})
                 states[m] = state
         st.remember(by_mod[Modality.SENSOR], by_mod[Modality.OCR])
         missing: list[Modality] = sorted(m for m in expected | frozenset(states)
@@ -361,7 +387,7 @@ class Aligner:
             members={m: sorted(i.token.seq for i in items)
                      for m, items in by_mod.items() if items},
             video=video if isinstance(video, VideoToken) else None,
-            audio=[audio] if audio is not None else [i.token for i in view[Modality.AUDIO]
+            audio=[audio] if audio is not None else [i.token for i in audio_view
                                                      if isinstance(i.token, AudioToken)],
             ocr=ocr, sensor=sensors,
             timeline=Timeline.model_construct(

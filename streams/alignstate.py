@@ -69,13 +69,14 @@ class Stream:
     clocks: dict[Modality, CaptureClock] = field(default_factory=dict)
     lags: dict[Modality, LagFloor] = field(default_factory=dict)
     offsets: dict[Modality, int] = field(default_factory=dict)
+    offset_known: set[Modality] = field(default_factory=set)
     watermark: dict[Modality, int] = field(default_factory=dict)
     last_seen: dict[Modality, int] = field(default_factory=dict)
     last_arrival: int = 0
     last_anchor_seq: int | None = None
     last_sensor: dict[str, Item] = field(default_factory=dict)
     last_ocr: list[Item] = field(default_factory=list)
-    delay: LagFloor = field(default_factory=LagFloor)
+    delay: LagFloor = field(default_factory=lambda: LagFloor(quantile=None))
     lag_us: int = 0
     #: Before this wall time a poll has nothing to do for the stream.
     wake_us: int = 0
@@ -111,7 +112,11 @@ class Stream:
     def insert(self, item: Item, now_us: int) -> None:
         """Buffer a token and advance the stream's marks."""
         m = item.token.modality
-        bisect.insort(self.buf[m], item, key=own_time)
+        items = self.buf[m]
+        if not items or own_time(items[-1]) <= own_time(item):
+            items.append(item)  # the usual case: tokens of a modality arrive in order
+        else:
+            bisect.insort(items, item, key=own_time)
         self.buffered += 1
         self.watermark[m] = max(self.watermark.get(m, item.end), item.end)
         self.last_seen[m] = now_us

@@ -14,6 +14,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class ClockReport:
@@ -38,7 +40,7 @@ class CaptureClock:
         reset_after: Consecutive outliers that mean the clock jumped: the fit restarts.
     """
 
-    def __init__(self, forget: float = 0.99, min_points: int = 12, outlier_sigmas: float = 6.0,
+    def __init__(self, forget: float = 0.995, min_points: int = 8, outlier_sigmas: float = 6.0,
                  min_outlier_us: float = 20_000.0, reset_after: int = 4) -> None:
         self.forget = forget
         self.min_points = min_points
@@ -66,9 +68,11 @@ class CaptureClock:
         return self._ready
 
     def _update_ready(self) -> None:
-        # Irregular streams (residuals near the cadence) keep their raw times.
+        # The fit is against the capture counter, so it holds even when timestamps jitter
+        # by more than a period; residuals far beyond the period mean the captures are not
+        # periodic at all (event-driven), and such a stream keeps its raw times.
         self._ready = (self._n >= self.min_points and self._b > 0
-                       and self._var < 0.09 * self._b * self._b)
+                       and self._var < 2.25 * self._b * self._b)
 
     @property
     def period_us(self) -> float | None:
@@ -171,17 +175,32 @@ class _SlidingMin:
 class LagFloor:
     """The floor of ``arrival - capture`` over recent tokens: transport lag plus clock offset.
 
-    Its minimum over a sliding window is robust to queueing bursts; comparing the floors of
-    two modalities of one stream estimates their clock offset, provided they travel alike.
+    ``value``, the minimum over a sliding window, bounds how early tokens can arrive (used
+    for deadlines). ``low``, a low quantile of the same window, is the steadier statistic
+    for comparing two modalities of one stream: their difference estimates the clock offset,
+    provided they travel alike.
     """
 
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int = 256, quantile: float | None = 0.1, every: int = 16) -> None:
         self._min = _SlidingMin(size)
+        self._ring = np.zeros(min(size, 128), dtype=np.int64)
+        self._quantile = quantile
+        self._every = every
         self.value: int | None = None
+        self.low: int | None = None
 
     def push(self, arrival_us: int, capture_us: int) -> int:
         """Add one observation; return the current floor."""
-        self.value = self._min.push(arrival_us - capture_us)
+        lag = arrival_us - capture_us
+        n = self._min.count
+        self.value = self._min.push(lag)
+        if self._quantile is not None:
+            ring = self._ring
+            ring[n % len(ring)] = lag
+            if n < 16 or (n + 1) % self._every == 0:
+                window = ring[: min(n + 1, len(ring))]
+                k = int(self._quantile * (len(window) - 1))
+                self.low = int(np.partition(window, k)[k])
         return self.value
 
     @property

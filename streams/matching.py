@@ -56,8 +56,9 @@ def match_audio(items: Sequence[Item], anchor: int, start: int, end: int,
     assert isinstance(token, AudioToken)
     confs = [c.token.asr_confidence for c in chunks if isinstance(c.token, AudioToken)
              and c.token.asr_confidence is not None]
-    state = ModalityState.model_construct(present=skew <= tolerance, confidence=max(confs) if confs else None,
-                          skew_us=skew, matched_seq=token.seq, tokens=len(chunks))
+    state = ModalityState.model_construct(
+        present=skew <= tolerance, confidence=max(confs) if confs else None, skew_us=skew,
+        matched_seq=token.seq, tokens=len(chunks))
     return state, _cut(chunks, start, end)
 
 
@@ -135,9 +136,9 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
     near_token = nearest.token
     assert isinstance(near_token, SensorToken)
     confs = [v.confidence for v in values if v.confidence is not None]
-    state = ModalityState.model_construct(present=bool(values), confidence=min(confs) if confs else None,
-                          skew_us=abs(nearest.t - anchor) if skew is None else skew,
-                          matched_seq=near_token.seq,
+    state = ModalityState.model_construct(
+        present=bool(values), confidence=min(confs) if confs else None,
+        skew_us=abs(nearest.t - anchor) if skew is None else skew, matched_seq=near_token.seq,
                           tokens=sum(1 for i in items if isinstance(i.token, SensorToken)))
     return state, values
 

@@ -37,13 +37,21 @@ def _av(frames: int, chunks: int, skip_frames: tuple[int, ...] = ()) -> list[Tok
 
 
 def test_each_frame_anchors_a_window_that_closes_once_audio_and_the_next_frame_pass() -> None:
-    out = _feed(_aligner(), _av(frames=3, chunks=4))
+    out = _feed(_aligner(estimate_offsets=False), _av(frames=3, chunks=4))
     first = out.windows[0]
     assert first.window_seq == 0 and first.video is not None and first.video.seq == 0
     assert first.missing == [] and first.t_start_us == START
     assert first.t_end_us == START + (P + 1) // 2  # halfway to the next frame
     assert first.modalities[Modality.AUDIO].matched_seq == 0
     assert [w.window_seq for w in out.windows] == [0, 1]  # frame 2 waits for its successor
+
+
+def test_audio_is_partial_until_its_clock_offset_against_video_is_known() -> None:
+    out = _feed(_aligner(), _av(frames=40, chunks=66))
+    first, last = out.windows[0], out.windows[-1]
+    assert first.missing == [Modality.AUDIO]  # paired, but the offset could be anything
+    assert first.modalities[Modality.AUDIO].present is False
+    assert last.missing == [] and last.modalities[Modality.AUDIO].present
 
 
 def test_windows_tile_the_timeline_without_gaps_or_overlaps() -> None:
