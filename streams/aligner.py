@@ -365,7 +365,8 @@ class Aligner:
         sensor_state, sensors = match_sensors(
             [self._retime(st, i) for i in sensor_view], st.last_sensor, plan.anchor,
             self.tolerance_us[Modality.SENSOR])
-        ocr_state, ocr = match_ocr(by_mod[Modality.OCR], st.last_ocr, plan.anchor,
+        ocr_state, ocr = match_ocr([self._retime(st, i) for i in by_mod[Modality.OCR]],
+                                   [self._retime(st, i) for i in st.last_ocr], plan.anchor,
                                    self.ocr_ttl_us)
         for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
                          (Modality.OCR, ocr_state)):

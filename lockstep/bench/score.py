@@ -183,11 +183,12 @@ def _excess_us(truth: Truth, stream_id: str, modality: Modality, seq: int,
     ideal = truth.ideal(stream_id, modality, anchor_us)
     ideal_cap = None if ideal is None else truth.captures.get((stream_id, modality, ideal))
     if modality is Modality.OCR:
-        # Text is valid from its capture on: a later capture is wrong by how much later it
-        # is; an older one by how much newer the ideal one is.
+        # Text is valid from its capture on. Taking a capture from after the anchor is wrong
+        # by how much later it is; keeping an older one when a newer one was valid is wrong
+        # by how long the newer one had been valid at the anchor.
         if cap.true_us > anchor_us:
             return cap.true_us - anchor_us
-        return 0 if ideal_cap is None else ideal_cap.true_us - cap.true_us
+        return 0 if ideal_cap is None else anchor_us - ideal_cap.true_us
     best = 0 if ideal_cap is None else _distance_us(ideal_cap, anchor_us)
     return _distance_us(cap, anchor_us) - best
 
