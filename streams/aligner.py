@@ -37,6 +37,7 @@ from topics.schemas import (
     Token,
     VideoToken,
     Window,
+    trusted,
 )
 
 __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
@@ -355,7 +356,7 @@ class Aligner:
             # latest recovered times (ownership stays as decided).
             plan.anchor = min(max(self._retime(st, plan.frame).t, plan.start), plan.end - 1)
         if isinstance(video, VideoToken):
-            states[Modality.VIDEO] = ModalityState.model_construct(
+            states[Modality.VIDEO] = trusted(ModalityState,
                 present=True, confidence=video.quality, skew_us=0, matched_seq=video.seq,
                 tokens=len(by_mod[Modality.VIDEO]))
         audio_view = by_mod[Modality.AUDIO] + st.peek_before(Modality.AUDIO, plan.end)
@@ -375,13 +376,13 @@ class Aligner:
                         and Modality.VIDEO in st.last_seen):
                     # Its clock offset against video is not known yet: the pairing could be
                     # off by that much, so the window is partial rather than misaligned.
-                    state = state.model_copy(update={"present": False})
+                    state = trusted(ModalityState, **{**state.__dict__, "present": False})
                 states[m] = state
         st.remember(by_mod[Modality.SENSOR], by_mod[Modality.OCR])
         missing: list[Modality] = sorted(m for m in expected | frozenset(states)
                          if m is not Modality.OCR and not (m in states and states[m].present))
         newest = max((i for i in owned), key=lambda i: i.token.t_us, default=None)
-        return Window.model_construct(
+        return trusted(Window,
             stream_id=stream_id, window_seq=plan.seq, t_start_us=plan.start,
             t_end_us=plan.end, anchor_t_us=plan.anchor, slo_class=self.slo_class,
             modalities=states, missing=missing,
@@ -391,7 +392,7 @@ class Aligner:
             audio=[audio] if audio is not None else [i.token for i in audio_view
                                                      if isinstance(i.token, AudioToken)],
             ocr=ocr, sensor=sensors,
-            timeline=Timeline.model_construct(
+            timeline=trusted(Timeline,
                 capture_us=newest.token.t_us if newest is not None else plan.end,
                 ingest_us=max((i.arrival for i in owned), default=now_us), aligned_us=now_us,
                 routed_us=0, dequeued_us=0, inferred_us=0, responded_us=0),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topics.schemas import AudioToken, ModalityState, OcrToken, SensorToken, Token
+from topics.schemas import AudioToken, ModalityState, OcrToken, SensorToken, Token, trusted
 
 _PCM_DTYPES = {"pcm_s16le": "<i2", "pcm_f32le": "<f4"}
 
@@ -56,7 +56,7 @@ def match_audio(items: Sequence[Item], anchor: int, start: int, end: int,
     assert isinstance(token, AudioToken)
     confs = [c.token.asr_confidence for c in chunks if isinstance(c.token, AudioToken)
              and c.token.asr_confidence is not None]
-    state = ModalityState.model_construct(
+    state = trusted(ModalityState,
         present=skew <= tolerance, confidence=max(confs) if confs else None, skew_us=skew,
         matched_seq=token.seq, tokens=len(chunks))
     return state, _cut(chunks, start, end)
@@ -83,7 +83,7 @@ def _cut(chunks: Sequence[Item], start: int, end: int) -> AudioToken | None:
         if lo < hi:
             out[lo:hi] = pcm[lo - offset:hi - offset]
     duration = round(n * 1_000_000 / rate)
-    return AudioToken.model_construct(stream_id=first.stream_id, seq=first.seq, t_us=start,
+    return trusted(AudioToken, stream_id=first.stream_id, seq=first.seq, t_us=start,
                       encoding=first.encoding, sample_rate=rate, channels=channels,
                       duration_us=duration, data=out.tobytes(), modality=first.modality,
                       asr_confidence=None,
@@ -125,7 +125,7 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
             if len(bt.values) == len(at.values):
                 w = (anchor - b.t) / (a.t - b.t)
                 vals = [float(x + w * (y - x)) for x, y in zip(bt.values, at.values, strict=True)]
-                token = bt.model_copy(update={"t_us": anchor, "values": vals})
+                token = trusted(SensorToken, **{**bt.__dict__, "t_us": anchor, "values": vals})
                 interpolated = True
         if interpolated or abs(near.t - anchor) <= tolerance:
             values.append(token)
@@ -136,7 +136,7 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
     near_token = nearest.token
     assert isinstance(near_token, SensorToken)
     confs = [v.confidence for v in values if v.confidence is not None]
-    state = ModalityState.model_construct(
+    state = trusted(ModalityState,
         present=bool(values), confidence=min(confs) if confs else None,
         skew_us=abs(nearest.t - anchor) if skew is None else skew, matched_seq=near_token.seq,
                           tokens=sum(1 for i in items if isinstance(i.token, SensorToken)))
@@ -153,7 +153,7 @@ def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
     latest = max(i.t for i in candidates)
     valid = sorted((i for i in candidates if i.t == latest), key=lambda i: i.token.seq)
     tokens = [i.token for i in valid if isinstance(i.token, OcrToken)]
-    state = ModalityState.model_construct(present=True,
+    state = trusted(ModalityState, present=True,
                           confidence=sum(t.confidence for t in tokens) / len(tokens),
                           skew_us=anchor - latest, matched_seq=tokens[0].seq,
                           tokens=len(tokens))

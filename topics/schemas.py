@@ -10,7 +10,7 @@ the ``*_us`` fields of :class:`Timeline` are wall-clock times taken by the stage
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -249,3 +249,28 @@ class LateToken(_Record):
     reason: str
     at_us: int
     value: bytes | None = None
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def trusted(cls: type[_M], **values: Any) -> _M:
+    """Build a record from values that are already valid, without validating them again.
+
+    The aligner's hot path assembles windows from validated tokens; pydantic's
+    ``model_construct`` costs several µs per record for alias and default handling that a
+    record given every field does not need. Every field must be given.
+
+    Raises:
+        TypeError: A field is missing or unknown.
+    """
+    if values.keys() != cls.__pydantic_fields__.keys():
+        missing = sorted(cls.__pydantic_fields__.keys() - values.keys())
+        extra = sorted(values.keys() - cls.__pydantic_fields__.keys())
+        raise TypeError(f"{cls.__name__}: missing fields {missing}, unknown fields {extra}")
+    record = cls.__new__(cls)
+    object.__setattr__(record, "__dict__", values)
+    object.__setattr__(record, "__pydantic_fields_set__", set(values))
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record

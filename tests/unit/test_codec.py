@@ -134,3 +134,14 @@ def test_sensor_tokens_round_trip_for_any_valid_field(
         seq: int, t_us: int, values: list[float], name: str) -> None:
     token = SensorToken(stream_id="s", seq=seq, t_us=t_us, name=name, values=values)
     assert decode(encode(token)) == token
+
+
+def test_trusted_records_equal_validated_ones_and_encode_alike() -> None:
+    from topics.schemas import trusted
+
+    timeline = Timeline(capture_us=T0, aligned_us=T0 + 5)
+    fast = trusted(Timeline, **timeline.model_dump())
+    assert fast == timeline and encode(_window()) == encode(
+        trusted(Window, **dict(_window())))
+    with pytest.raises(TypeError, match="missing fields"):
+        trusted(Timeline, capture_us=T0)
