@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from streams.alignstate import DENSE, AlignOutput, Rejected, Stream, TokenKey
 from streams.matching import Item, match_audio, match_ocr, match_sensors
 from streams.settings import AlignSettings
+from streams.timebase import Timebase, retime
 from topics.schemas import (
     AudioToken,
     LateToken,
@@ -45,8 +46,6 @@ __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
 #: ``window_seq`` of hop windows (streams without video) starts here, above any frame seq.
 HOP_BASE = 1 << 62
 _EVICTED_MEMORY = 100_000
-#: Lag-floor samples of a modality and of video before an offset estimate is trusted.
-_OFFSET_SAMPLES = 8
 
 
 @dataclass
@@ -80,8 +79,7 @@ class Aligner:
         self.required = frozenset(Modality(m) for m in s.required)
         self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
                              for m in Modality}
-        self.offsets_us = {Modality(m): int(v * 1000) for m, v in s.clock_offsets_ms.items()}
-        self.offset_min_us = int(s.offset_min_ms * 1000)
+        self._timebase = Timebase(s)
 
     # -- public ------------------------------------------------------------------------
 
@@ -115,13 +113,15 @@ class Aligner:
         if st.seen_before(key):
             out.duplicates.append(key)
             return out
-        item = Item(self._correct(st, token, now_us), token, now_us)
+        item = Item(self._timebase.correct(st, token, now_us), token, now_us)
         own = item.end - 1 if isinstance(token, AudioToken) else item.t
         if st.closed_end is not None and own < st.closed_end:
             out.late.append(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,
                 t_us=token.t_us, watermark_us=st.closed_end, reason="window already emitted",
                 at_us=now_us, value=raw))
+            # It still trained its clock, which can change the next window's plan.
+            st.pending, st.wake_us = None, 0
             return out
         st.insert(item, now_us)
         if self._may_complete(st, item):
@@ -187,44 +187,6 @@ class Aligner:
         for stream_id in stream_ids:
             self._streams.pop(stream_id, None)
             self._evicted.pop(stream_id, None)
-
-    # -- time correction ---------------------------------------------------------------
-
-    def _correct(self, st: Stream, token: Token, now_us: int) -> int:
-        m = token.modality
-        clock = st.clock(m)
-        # An irregular (event-driven) modality never gets a ready clock: raw stamps stay.
-        recovered = clock.update(token.seq, token.t_us)
-        lag = st.lag(m)
-        if clock.ready:  # raw, jittered times would drag the floor down
-            # A chunk can only be sent once it has been captured whole: measure from its end.
-            done = recovered + token.duration_us if isinstance(token, AudioToken) else recovered
-            lag.push(now_us, done)
-        offset = self.offsets_us.get(m)
-        if offset is None and (m is Modality.VIDEO or not self.settings.estimate_offsets):
-            offset = 0
-        if offset is None:
-            ref = st.lags.get(Modality.VIDEO)
-            if (ref is not None and ref.low is not None and lag.low is not None
-                    and ref.samples >= _OFFSET_SAMPLES and lag.samples >= _OFFSET_SAMPLES):
-                offset = ref.low - lag.low
-                # Lag floors carry the clocks' residual error (a few ms): below the
-                # deadband an estimate is noise, and correcting by it would hurt.
-                if abs(offset) < self.offset_min_us:
-                    offset = 0
-        if offset is not None:
-            st.offset_known.add(m)
-        st.offsets[m] = offset or 0
-        return recovered - (offset or 0)
-
-    @staticmethod
-    def _retime(st: Stream, item: Item) -> Item:
-        """The item at its capture time as recovered by the clock's current fit."""
-        m = item.token.modality
-        clock = st.clocks.get(m)
-        t = clock.time_of(item.token.seq) if clock is not None else None
-        return item if t is None else Item(round(t) - st.offsets.get(m, 0), item.token,
-                                           item.arrival)
 
     def _deadline(self, st: Stream, end: int) -> int:
         return end + st.lag_us + self.max_wait_us
@@ -354,20 +316,20 @@ class Aligner:
         if plan.frame is not None:
             # The clocks have seen more captures since these tokens came: pair on their
             # latest recovered times (ownership stays as decided).
-            plan.anchor = min(max(self._retime(st, plan.frame).t, plan.start), plan.end - 1)
+            plan.anchor = min(max(retime(st, plan.frame).t, plan.start), plan.end - 1)
         if isinstance(video, VideoToken):
             states[Modality.VIDEO] = trusted(ModalityState,
                 present=True, confidence=video.quality, skew_us=0, matched_seq=video.seq,
                 tokens=len(by_mod[Modality.VIDEO]))
         audio_view = by_mod[Modality.AUDIO] + st.peek_before(Modality.AUDIO, plan.end)
-        audio_state, audio = match_audio([self._retime(st, i) for i in audio_view], plan.anchor,
+        audio_state, audio = match_audio([retime(st, i) for i in audio_view], plan.anchor,
                                          plan.start, plan.end, self.tolerance_us[Modality.AUDIO])
         sensor_view = by_mod[Modality.SENSOR] + st.peek_after(Modality.SENSOR, plan.anchor)
         sensor_state, sensors = match_sensors(
-            [self._retime(st, i) for i in sensor_view], st.last_sensor, plan.anchor,
+            [retime(st, i) for i in sensor_view], st.last_sensor, plan.anchor,
             self.tolerance_us[Modality.SENSOR])
-        ocr_state, ocr = match_ocr([self._retime(st, i) for i in by_mod[Modality.OCR]],
-                                   [self._retime(st, i) for i in st.last_ocr], plan.anchor,
+        ocr_state, ocr = match_ocr([retime(st, i) for i in by_mod[Modality.OCR]],
+                                   [retime(st, i) for i in st.last_ocr], plan.anchor,
                                    self.ocr_ttl_us)
         for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
                          (Modality.OCR, ocr_state)):

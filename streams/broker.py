@@ -56,7 +56,7 @@ class EmbeddedBroker:
     Use as a context manager, or call :meth:`start` and :meth:`stop` in ``finally``::
 
         with EmbeddedBroker() as broker:
-            print(broker.bootstrap)
+            connect_clients_to(broker.bootstrap)
     """
 
     def __init__(
