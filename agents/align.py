@@ -46,12 +46,16 @@ class AlignTask:
         self.max_bytes = settings.kafka.max_record_bytes
         self.pending: dict[TokenKey, EventT[bytes]] = {}
         self.partition_of: dict[str, int] = {}
+        self.app = app
+        self.read: dict[TP, int] = {}
+        self.catchup_records = settings.align.catchup_records
 
     async def on_event(self, event: EventT[bytes]) -> None:
         """Decode and align one media record."""
         self.outbox.raise_if_failed()
         now = wall_us()
         message = event.message
+        self.read[message.tp] = message.offset
         self.telemetry.stage("transport", max(0.0, now / 1e6 - message.timestamp))
         try:
             token = self._decode(message.topic, message.key, event.value)
@@ -80,10 +84,34 @@ class AlignTask:
         """Emit the windows whose wait deadline has passed."""
         self.outbox.raise_if_failed()
         now = wall_us()
+        self.aligner.catching_up = self.backlog() > self.catchup_records
         await self.emit(self.aligner.poll(now))
         if now - self._reported_us > 1_000_000:
             self._reported_us = now
             self.report_clocks()
+
+    def backlog(self) -> int:
+        """Records between what this task read and the log end, worst media partition.
+
+        Also exported as ``lockstep_consumer_lag`` per topic.
+        """
+        consumer = self.app.consumer
+        per_topic: dict[str, int] = {}
+        for tp in consumer.assignment():
+            if tp.topic not in catalog.MODALITY_OF_TOPIC:
+                continue
+            try:
+                end = consumer.highwater(tp)
+            except AssertionError:  # aiokafka asserts assignment; a rebalance is under way
+                continue
+            if end is None:  # no fetch has answered for it yet
+                continue
+            read = self.read.get(tp)
+            behind = max(0, end - (read + 1 if read is not None else 0))
+            per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
+        for topic, behind in per_topic.items():
+            self.telemetry.consumer_lag.labels(topic, self.app.conf.id).set(behind)
+        return max(per_topic.values(), default=0)
 
     def report_clocks(self) -> None:
         """Publish the frame rates and the clock offsets and jitter as gauges."""

@@ -55,22 +55,49 @@ class WorkerTask:
         self.outbox.raise_if_failed()
         futures: list[asyncio.Future[Any]] = []
         requests: list[Request] = []
+        events_of: dict[int, EventT[bytes]] = {}
         for event in events:
             try:
-                requests.append(decode_as(Request, event.value, max_bytes=self.max_bytes))
+                request = decode_as(Request, event.value, max_bytes=self.max_bytes)
             except BadInput as error:
                 futures.append(await self.outbox.dead_letter(event, error))
+                continue
+            events_of[id(request)] = event
+            requests.append(request)
         self.telemetry.queue_depth.labels(self.pool).set(len(requests))
         try:
-            responses = await self.worker.process(requests)
+            answered = list(zip(requests, await self.worker.process(requests), strict=True))
         except EngineError as error:
-            log.error("engine failed on a batch of %d: %s", len(requests), error,
-                      extra={"stage": STAGE, "pool": self.pool})
-            raise
-        for request, response in zip(requests, responses, strict=True):
+            if error.retriable:
+                raise  # the whole batch is replayed after the restart
+            log.warning("engine failed on a batch of %d, retrying one by one: %s",
+                        len(requests), error, extra={"stage": STAGE, "pool": self.pool})
+            answered = await self._one_by_one(requests, events_of, futures)
+        for request, response in answered:
             futures.append(await self._respond(request, response))
         self.telemetry.queue_depth.labels(self.pool).set(0)
         await asyncio.gather(*futures)
+
+    async def _one_by_one(self, requests: Sequence[Request],
+                          events_of: dict[int, EventT[bytes]],
+                          futures: list[asyncio.Future[Any]]) -> list[tuple[Request, Response]]:
+        """Infer requests singly; one the engine cannot handle alone is dead-lettered.
+
+        Without this, a request that breaks the engine would crash every worker that
+        replays it (a poison pill).
+        """
+        answered = []
+        for request in requests:
+            try:
+                [response] = await self.worker.process([request])
+            except EngineError as error:
+                if error.retriable:
+                    raise
+                futures.append(await self.outbox.dead_letter(
+                    events_of[id(request)], BadInput(f"engine failed on this request: {error}")))
+                continue
+            answered.append((request, response))
+        return answered
 
     async def _respond(self, request: Request, response: Response) -> asyncio.Future[Any]:
         sent = wall_us()

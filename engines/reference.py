@@ -39,7 +39,7 @@ def describe(window: Window) -> InferenceResult:
             scores["bright_y"] = round(float(y) / frame.shape[0], 4)
             parts.append(f"bright spot at ({scores['bright_x']:.2f},{scores['bright_y']:.2f})")
     pcm = _pcm(window.audio)
-    if pcm is not None and len(pcm):
+    if pcm is not None and len(pcm) >= _MIN_SAMPLES:  # a sliver of a window has no spectrum
         rate = window.audio[0].sample_rate
         spectrum = np.abs(np.fft.rfft(pcm * np.hanning(len(pcm))))
         peak_hz = float(np.argmax(spectrum[1:]) + 1) * rate / len(pcm)
@@ -55,6 +55,9 @@ def describe(window: Window) -> InferenceResult:
     if window.missing:
         parts.append("missing " + ",".join(m.value for m in window.missing))
     return InferenceResult(output="; ".join(parts) or "empty window", scores=scores)
+
+
+_MIN_SAMPLES = 16
 
 
 def _frame(video: VideoToken) -> np.ndarray | None:

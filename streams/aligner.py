@@ -66,6 +66,7 @@ class Aligner:
     slo_class: str
     stride: int = 1
     _streams: dict[str, Stream] = field(default_factory=dict)
+    _catching_up: bool = False
     _evicted: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,6 +83,24 @@ class Aligner:
         self._timebase = Timebase(s)
 
     # -- public ------------------------------------------------------------------------
+
+    @property
+    def catching_up(self) -> bool:
+        """Whether the task is reading a backlog (set by the agent from consumer lag).
+
+        Deadlines bound the wait for live data. A backlog arrives topic by topic, so one
+        modality's tokens can be seconds ahead of another's; closing windows by deadline
+        then would send everything behind to ``late``. While catching up, windows close on
+        watermarks only (and the memory bound).
+        """
+        return self._catching_up
+
+    @catching_up.setter
+    def catching_up(self, value: bool) -> None:
+        if value != self._catching_up:
+            self._catching_up = value
+            for st in self._streams.values():
+                st.wake_us = 0  # deadlines apply again (or no longer): re-plan on next poll
 
     @property
     def open_windows(self) -> int:
@@ -174,7 +193,7 @@ class Aligner:
         """
         late = []
         for stream_id, st in self._streams.items():
-            plan = self._plan(st, now_us) if st.buffered else None
+            plan = self._plan(st, now_us) if st.buffered and not self._catching_up else None
             if plan is not None and now_us >= self._deadline(st, plan.end):
                 late.append((stream_id, plan.seq))
         return late
@@ -285,10 +304,12 @@ class Aligner:
                     self._passed(st, m, plan.end) for m in wait if m is not Modality.VIDEO)
             over_budget = st.buffered > self.settings.max_buffered_tokens
             deadline = self._deadline(st, plan.end)
-            if not (ready or flush or over_budget or now_us >= deadline):
+            due = now_us >= deadline and not self._catching_up
+            if not (ready or flush or over_budget or due):
                 # Until a token arrives (add re-plans), only the deadline or a modality
                 # going idle can change this.
-                st.wake_us = min(deadline, now_us + self.idle_us)
+                st.wake_us = now_us + self.idle_us if self._catching_up else min(
+                    deadline, now_us + self.idle_us)
                 # Only a token of these (or a frame, or an earlier token) can make the
                 # window ready before then.
                 st.pending = (plan.start, plan.end, frozenset(

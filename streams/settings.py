@@ -163,6 +163,9 @@ class AlignSettings(_Section):
     #: Sample windows down (every n-th frame anchors one) while the SLA is at risk.
     allow_downsampling: bool = True
     max_stride: Annotated[int, Field(ge=1, le=64)] = 4
+    #: Records behind the log end on any media partition above which the task is catching
+    #: up: windows then close on watermarks, not deadlines (see streams.aligner).
+    catchup_records: Annotated[int, Field(ge=1)] = 200
     #: Share of a window's e2e budget that may be spent by the time it is aligned; above
     #: it the SLA counts as at risk.
     budget_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5

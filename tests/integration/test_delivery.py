@@ -9,7 +9,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from engines.base import Engine, InferenceResult
-from lockstep.errors import EngineError
+from lockstep.errors import EngineError, EngineTimeout
+from lockstep.observer import Observer
 from lockstep.runner import prepare_topics, start_roles
 from streams.settings import Settings, load_settings
 from streams.telemetry import Telemetry
@@ -27,7 +28,7 @@ class BrokenEngine(Engine):
     name = "broken"
 
     async def _infer(self, batch: Sequence[Request]) -> list[InferenceResult]:
-        raise EngineError("the GPU fell off the bus")
+        raise EngineTimeout("the GPU stopped answering")
 
 
 def _settings(bootstrap: str, pool: str) -> Settings:
@@ -56,7 +57,7 @@ async def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | No
         await consumer.stop()
 
 
-async def test_a_failing_engine_crashes_the_worker_without_committing(apache_kafka: str) -> None:
+async def test_an_engine_timeout_crashes_the_worker_without_committing(apache_kafka: str) -> None:
     pool = "broken"
     settings = _settings(apache_kafka, pool)
     await prepare_topics(settings, create=True)
@@ -73,7 +74,54 @@ async def test_a_failing_engine_crashes_the_worker_without_committing(apache_kaf
     finally:
         await producer.stop()
         await roles.stop()
-    assert isinstance(reason, EngineError)
+    assert isinstance(reason, EngineTimeout)
     committed = await _committed(apache_kafka, roles.app.conf.id,
                                  TopicPartition(catalog.requests_topic(pool), 0))
     assert committed is None or committed <= meta.offset  # the request will be replayed
+
+
+class PickyEngine(Engine):
+    """An engine that cannot handle window 2 (in a batch or alone); the rest succeed."""
+
+    name = "picky"
+
+    async def _infer(self, batch: Sequence[Request]) -> list[InferenceResult]:
+        if any(r.window.window_seq == 2 for r in batch):
+            raise EngineError("cannot read window 2")
+        return [InferenceResult(f"ok {r.window.window_seq}", {}) for r in batch]
+
+
+async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_pill(
+        apache_kafka: str) -> None:
+    pool = "picky"
+    settings = _settings(apache_kafka, pool)
+    await prepare_topics(settings, create=True)
+    observer = Observer(settings.kafka, keep=lambda sid: sid == "d")
+    await observer.start()
+    roles = await start_roles(settings, ["worker"], Telemetry())
+    task = roles.workers[0]
+    task.engine = task.worker.engine = PickyEngine()
+    await task.engine.start()
+    producer = AIOKafkaProducer(bootstrap_servers=apache_kafka, linger_ms=50)
+    await producer.start()
+    try:
+        for seq in range(1, 5):
+            request = _request(pool).model_copy(update={"window": _request(pool).window.model_copy(
+                update={"window_seq": seq})})
+            await producer.send(catalog.requests_topic(pool), encode(request), key=b"d",
+                                partition=0)
+        await producer.flush()
+        async def settled() -> None:
+            while len(observer.ledger.responses) < 3 or not observer.ledger.dead_letters:
+                observer.changed.clear()
+                await observer.changed.wait()
+
+        await asyncio.wait_for(settled(), timeout=60)
+    finally:
+        await producer.stop()
+        await roles.stop()
+        await observer.stop()
+    assert roles.crash_reason is None
+    assert sorted(seq for _, seq in observer.ledger.responses) == [1, 3, 4]
+    [dead] = observer.ledger.dead_letters
+    assert dead.stage == "worker" and "cannot read window 2" in dead.reason

@@ -296,3 +296,16 @@ def test_every_token_lands_in_exactly_one_outcome(
     for spans in by_stream.values():
         assert all(a[1] <= b[0] for a, b in pairwise(spans))  # ordered, no overlap
         assert len({seq for _, _, seq in spans}) == len(spans)  # unique idempotency keys
+
+
+def test_while_catching_up_windows_wait_for_watermarks_not_deadlines() -> None:
+    al = _aligner(max_wait_ms=10)
+    al.catching_up = True
+    al.add(video(seq=0, t_us=START), START + 5_000_000)  # a backlog: seconds behind
+    al.add(video(seq=1, t_us=START + P), START + 5_000_001)
+    assert al.poll(START + 9_000_000).windows == []  # audio of the backlog not read yet
+    assert al.overdue(START + 9_000_000) == []
+    out = _feed(al, [audio(seq=i, t_us=START + i * 20_000) for i in range(3)], lag=5_000_000)
+    assert [w.window_seq for w in out.windows] == [0]  # closed by the audio watermark
+    al.catching_up = False
+    assert al.poll(START + 9_000_000).windows[0].window_seq == 1  # deadline again
