@@ -49,6 +49,8 @@ class AlignTask:
         self.app = app
         self.read: dict[TP, int] = {}
         self.catchup_records = settings.align.catchup_records
+        self.catchup_s = settings.align.catchup_lag_ms / 1000.0
+        self.oldest_read_s = 0.0  # largest transport lag read since the last tick
 
     async def on_event(self, event: EventT[bytes]) -> None:
         """Decode and align one media record."""
@@ -56,7 +58,9 @@ class AlignTask:
         now = wall_us()
         message = event.message
         self.read[message.tp] = message.offset
-        self.telemetry.stage("transport", max(0.0, now / 1e6 - message.timestamp))
+        transport_s = max(0.0, now / 1e6 - message.timestamp)
+        self.oldest_read_s = max(self.oldest_read_s, transport_s)
+        self.telemetry.stage("transport", transport_s)
         try:
             token = self._decode(message.topic, message.key, event.value)
         except BadInput as error:
@@ -84,7 +88,11 @@ class AlignTask:
         """Emit the windows whose wait deadline has passed."""
         self.outbox.raise_if_failed()
         now = wall_us()
-        self.aligner.catching_up = self.backlog() > self.catchup_records
+        # Behind the log end by many records, or reading records produced long ago: a
+        # backlog, which arrives topic by topic.
+        self.aligner.catching_up = (self.backlog() > self.catchup_records
+                                    or self.oldest_read_s > self.catchup_s)
+        self.oldest_read_s = 0.0
         await self.emit(self.aligner.poll(now))
         if now - self._reported_us > 1_000_000:
             self._reported_us = now

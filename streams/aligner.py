@@ -270,8 +270,9 @@ class Aligner:
         Wait for the required ones (unless seen and then gone idle) and for every dense
         modality the stream is sending; a dead modality is named missing, never waited for.
         """
-        live = frozenset(m for m, seen in st.last_seen.items()
-                         if m in DENSE and now_us - seen <= self.idle_us)
+        # In a backlog a modality's records may simply not be fetched yet: none is idle.
+        live = frozenset(m for m, seen in st.last_seen.items() if m in DENSE and (
+            self._catching_up or now_us - seen <= self.idle_us))
         dead = frozenset(st.last_seen) - live
         return (self.required - dead) | live, self.required | live
 

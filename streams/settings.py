@@ -166,6 +166,8 @@ class AlignSettings(_Section):
     #: Records behind the log end on any media partition above which the task is catching
     #: up: windows then close on watermarks, not deadlines (see streams.aligner).
     catchup_records: Annotated[int, Field(ge=1)] = 200
+    #: ... or reading records produced longer ago than this.
+    catchup_lag_ms: Annotated[float, Field(gt=0.0)] = 1000.0
     #: Share of a window's e2e budget that may be spent by the time it is aligned; above
     #: it the SLA counts as at risk.
     budget_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
