@@ -45,8 +45,10 @@ def render_align(report: Mapping[str, Any]) -> str:
     rows: list[tuple[str, Callable[[str], str]]] = [
         ("windows", lambda s: _count(report["windows"][s])),
         ("  without anchor", lambda s: _count(report["anchorless"][s])),
-        ("misaligned", lambda s: _pct(report["misaligned_rate"][s])),
+        (f"misaligned (> {report['slack_ms']:g} ms)",
+         lambda s: _pct(report["misaligned_rate"][s])),
         *[(f"  {m}", _misaligned_cell(report, m)) for m in ("audio", "sensor", "ocr")],
+        ("misaligned (strict)", lambda s: _pct(report["misaligned_rate_strict"][s])),
         ("error p50", lambda s: _ms(errors[s]["p50"])),
         ("error p99", lambda s: _ms(errors[s]["p99"])),
         ("partial", lambda s: _pct(report["partial_rate"][s])),
