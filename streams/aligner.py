@@ -120,21 +120,20 @@ class Aligner:
             raw: The record bytes, kept in a late record so nothing is lost.
         """
         out = AlignOutput()
-        key = TokenKey(token.stream_id, token.modality, token.seq)
         if token.t_us > now_us + self.max_future_us:
-            out.rejected.append(Rejected(key, f"t_us {token.t_us} is more than "
-                                              f"{self.max_future_us} µs in the future"))
+            out.rejected.append(Rejected(
+                TokenKey(token.stream_id, token.modality, token.seq),
+                f"t_us {token.t_us} is more than {self.max_future_us} µs in the future"))
             return out
         st = self._streams.get(token.stream_id)
         if st is None:
             st = self._streams[token.stream_id] = Stream(
                 closed_end=self._evicted.pop(token.stream_id, None))
-        if st.seen_before(key):
-            out.duplicates.append(key)
+        if st.seen_before(token.modality, token.seq):
+            out.duplicates.append(TokenKey(token.stream_id, token.modality, token.seq))
             return out
         item = Item(self._timebase.correct(st, token, now_us), token, now_us)
-        own = item.end - 1 if isinstance(token, AudioToken) else item.t
-        if st.closed_end is not None and own < st.closed_end:
+        if st.closed_end is not None and item.own < st.closed_end:
             out.late.append(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,
                 t_us=token.t_us, watermark_us=st.closed_end, reason="window already emitted",

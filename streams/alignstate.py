@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from streams.clock import CaptureClock, LagFloor
 from streams.matching import Item
-from topics.schemas import AudioToken, LateToken, Modality, Window
+from topics.schemas import LateToken, Modality, Window
 
 #: Modalities that arrive at a steady cadence; sparse OCR is never waited for.
 DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})
@@ -36,14 +36,16 @@ class Rejected:
     reason: str
 
 
-@dataclass
 class AlignOutput:
     """What one call of the aligner produced."""
 
-    windows: list[Window] = field(default_factory=list)
-    late: list[LateToken] = field(default_factory=list)
-    duplicates: list[TokenKey] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
+    __slots__ = ("duplicates", "late", "rejected", "windows")
+
+    def __init__(self) -> None:
+        self.windows: list[Window] = []
+        self.late: list[LateToken] = []
+        self.duplicates: list[TokenKey] = []
+        self.rejected: list[Rejected] = []
 
     def extend(self, other: AlignOutput) -> None:
         """Append another output's records to this one."""
@@ -55,7 +57,7 @@ class AlignOutput:
 
 def own_time(item: Item) -> int:
     """The corrected time that decides which window owns a token."""
-    return item.end - 1 if isinstance(item.token, AudioToken) else item.t
+    return item.own
 
 
 @dataclass
@@ -98,13 +100,13 @@ class Stream:
             floor = self.lags[m] = LagFloor()
         return floor
 
-    def seen_before(self, key: TokenKey) -> bool:
+    def seen_before(self, modality: Modality, seq: int) -> bool:
         """True for a (modality, seq) among the recent ones; remembers it otherwise."""
-        seen, order = self._recent.setdefault(key.modality, (set(), deque()))
-        if key.seq in seen:
+        seen, order = self._recent.setdefault(modality, (set(), deque()))
+        if seq in seen:
             return True
-        seen.add(key.seq)
-        order.append(key.seq)
+        seen.add(seq)
+        order.append(seq)
         if len(order) > _DEDUP_MEMORY:
             seen.discard(order.popleft())
         return False
@@ -113,12 +115,14 @@ class Stream:
         """Buffer a token and advance the stream's marks."""
         m = item.token.modality
         items = self.buf[m]
-        if not items or own_time(items[-1]) <= own_time(item):
+        if not items or items[-1].own <= item.own:
             items.append(item)  # the usual case: tokens of a modality arrive in order
         else:
             bisect.insort(items, item, key=own_time)
         self.buffered += 1
-        self.watermark[m] = max(self.watermark.get(m, item.end), item.end)
+        mark = self.watermark.get(m)
+        if mark is None or item.end > mark:
+            self.watermark[m] = item.end
         self.last_seen[m] = now_us
         self.last_arrival = now_us
         self.lag_us = self.delay.push(now_us, item.t)

@@ -20,17 +20,25 @@ _PCM_DTYPES = {"pcm_s16le": "<i2", "pcm_f32le": "<f4"}
 
 @dataclass(slots=True)
 class Item:
-    """A buffered token with its corrected capture time and its arrival."""
+    """A buffered token with its corrected capture time and its arrival.
+
+    ``end`` is the corrected end of the capture (audio chunks last; the rest are instants);
+    ``own`` the time that decides which window owns the token (a chunk's last sample).
+    """
 
     t: int
     token: Token
     arrival: int
+    end: int = 0
+    own: int = 0
 
-    @property
-    def end(self) -> int:
-        """Corrected end of the capture (audio chunks last; the rest are instants)."""
+    def __post_init__(self) -> None:
         token = self.token
-        return self.t + token.duration_us if isinstance(token, AudioToken) else self.t
+        if isinstance(token, AudioToken):
+            self.end = self.t + token.duration_us
+            self.own = self.end - 1
+        else:
+            self.end = self.own = self.t
 
 
 def distance(point: int, start: int, end: int) -> int:
