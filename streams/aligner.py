@@ -132,7 +132,7 @@ class Aligner:
         if st.seen_before(token.modality, token.seq):
             out.duplicates.append(TokenKey(token.stream_id, token.modality, token.seq))
             return out
-        item = Item(self._timebase.correct(st, token, now_us), token, now_us)
+        item = Item.of(self._timebase.correct(st, token, now_us), token, now_us)
         if st.closed_end is not None and item.own < st.closed_end:
             out.late.append(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,

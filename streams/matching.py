@@ -29,16 +29,21 @@ class Item:
     t: int
     token: Token
     arrival: int
-    end: int = 0
-    own: int = 0
+    end: int
+    own: int
 
-    def __post_init__(self) -> None:
-        token = self.token
+    @classmethod
+    def of(cls, t: int, token: Token, arrival: int) -> Item:
+        """The item of a token captured at corrected time ``t``."""
         if isinstance(token, AudioToken):
-            self.end = self.t + token.duration_us
-            self.own = self.end - 1
-        else:
-            self.end = self.own = self.t
+            end = t + token.duration_us
+            return cls(t, token, arrival, end, end - 1)
+        return cls(t, token, arrival, t, t)
+
+    def shifted(self, t: int) -> Item:
+        """The same token at corrected time ``t``."""
+        shift = t - self.t
+        return Item(t, self.token, self.arrival, self.end + shift, self.own + shift)
 
 
 def distance(point: int, start: int, end: int) -> int:

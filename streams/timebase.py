@@ -59,4 +59,4 @@ def retime(st: Stream, item: Item) -> Item:
     m = item.token.modality
     clock = st.clocks.get(m)
     t = clock.time_of(item.token.seq) if clock is not None else None
-    return item if t is None else Item(round(t) - st.offsets.get(m, 0), item.token, item.arrival)
+    return item if t is None else item.shifted(round(t) - st.offsets.get(m, 0))
