@@ -109,51 +109,64 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
                   tolerance: int) -> tuple[ModalityState | None, list[SensorToken]]:
     """Per sensor name, the value at the anchor.
 
-    Interpolated linearly between the readings just before and after the anchor when both
-    are within ``tolerance``·2 of it; else the nearest reading within tolerance.
+    Interpolated linearly between the readings just before and after the anchor when they
+    are within ``tolerance``·4 of each other; else the nearest reading within tolerance.
     """
-    by_name: dict[str, list[Item]] = {}
-    for name, item in previous.items():
-        by_name.setdefault(name, []).append(item)
-    for item in items:
-        if isinstance(item.token, SensorToken):
-            by_name.setdefault(item.token.name, []).append(item)
+    around: dict[str, list[Item | None]] = {}  # name -> [last at or before, first after]
+    for item in (*previous.values(), *items):
+        token = item.token
+        if not isinstance(token, SensorToken):
+            continue
+        slot = around.get(token.name)
+        if slot is None:
+            slot = around[token.name] = [None, None]
+        if item.t <= anchor:
+            if slot[0] is None or item.t > slot[0].t:
+                slot[0] = item
+        elif slot[1] is None or item.t < slot[1].t:
+            slot[1] = item
     values: list[SensorToken] = []
     nearest: Item | None = None
     skew: int | None = None  # 0 for a value interpolated at the anchor
-    for name in sorted(by_name):
-        readings = sorted(by_name[name], key=lambda i: i.t)
-        near = min(readings, key=lambda i: abs(i.t - anchor))
+    for name in sorted(around):
+        before, after = around[name]
+        near = min((i for i in (before, after) if i is not None),
+                   key=lambda i: abs(i.t - anchor))
         if nearest is None or abs(near.t - anchor) < abs(nearest.t - anchor):
             nearest = near
-        before = [r for r in readings if r.t <= anchor]
-        after = [r for r in readings if r.t > anchor]
-        token = near.token
-        assert isinstance(token, SensorToken)
-        interpolated = False
-        if before and after and after[0].t - before[-1].t <= 4 * tolerance:
-            b, a = before[-1], after[0]
-            bt, at = b.token, a.token
-            assert isinstance(bt, SensorToken) and isinstance(at, SensorToken)
-            if len(bt.values) == len(at.values):
-                w = (anchor - b.t) / (a.t - b.t)
-                vals = [float(x + w * (y - x)) for x, y in zip(bt.values, at.values, strict=True)]
-                token = trusted(SensorToken, **{**bt.__dict__, "t_us": anchor, "values": vals})
-                interpolated = True
-        if interpolated or abs(near.t - anchor) <= tolerance:
-            values.append(token)
-            best_skew = 0 if interpolated else abs(near.t - anchor)
-            skew = best_skew if skew is None else min(skew, best_skew)
+        value = _interpolate(before, after, anchor, tolerance)
+        if value is None and abs(near.t - anchor) <= tolerance:
+            token = near.token
+            assert isinstance(token, SensorToken)
+            value, gap = token, abs(near.t - anchor)
+        else:
+            gap = 0
+        if value is not None:
+            values.append(value)
+            skew = gap if skew is None else min(skew, gap)
     if nearest is None:
         return None, []
     near_token = nearest.token
     assert isinstance(near_token, SensorToken)
     confs = [v.confidence for v in values if v.confidence is not None]
-    state = trusted(ModalityState,
-        present=bool(values), confidence=min(confs) if confs else None,
+    state = trusted(
+        ModalityState, present=bool(values), confidence=min(confs) if confs else None,
         skew_us=abs(nearest.t - anchor) if skew is None else skew, matched_seq=near_token.seq,
-                          tokens=sum(1 for i in items if isinstance(i.token, SensorToken)))
+        tokens=sum(1 for i in items if isinstance(i.token, SensorToken)))
     return state, values
+
+
+def _interpolate(before: Item | None, after: Item | None, anchor: int,
+                 tolerance: int) -> SensorToken | None:
+    if before is None or after is None or after.t - before.t > 4 * tolerance:
+        return None
+    bt, at = before.token, after.token
+    assert isinstance(bt, SensorToken) and isinstance(at, SensorToken)
+    if len(bt.values) != len(at.values):
+        return None
+    w = (anchor - before.t) / (after.t - before.t)
+    vals = [float(x + w * (y - x)) for x, y in zip(bt.values, at.values, strict=True)]
+    return trusted(SensorToken, **{**bt.__dict__, "t_us": anchor, "values": vals})
 
 
 def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
