@@ -140,6 +140,8 @@ class Aligner:
                 at_us=now_us, value=raw))
             # It still trained its clock, which can change the next window's plan.
             st.pending, st.wake_us = None, 0
+            if token.modality is Modality.OCR:
+                st.remember([], [item])  # late for its own window, but the caption from now on
             return out
         st.insert(item, now_us)
         if self._may_complete(st, item):

@@ -13,8 +13,10 @@ from streams.matching import Item
 from streams.settings import AlignSettings
 from topics.schemas import AudioToken, Modality, Token
 
-#: Lag samples of a modality and of video before an offset estimate is trusted.
+#: Lag samples of a modality and of video before an offset estimate is trusted; sparse OCR
+#: gives few, noisy samples and needs more.
 OFFSET_SAMPLES = 8
+OFFSET_SAMPLES_SPARSE = 32
 
 
 class Timebase:
@@ -41,8 +43,9 @@ class Timebase:
             offset = 0
         if offset is None:
             ref = st.lags.get(Modality.VIDEO)
+            need = OFFSET_SAMPLES_SPARSE if m is Modality.OCR else OFFSET_SAMPLES
             if (ref is not None and ref.low is not None and lag.low is not None
-                    and ref.samples >= OFFSET_SAMPLES and lag.samples >= OFFSET_SAMPLES):
+                    and ref.samples >= OFFSET_SAMPLES and lag.samples >= need):
                 offset = ref.low - lag.low
                 # Lag floors carry the clocks' residual error (a few ms): below the
                 # deadband an estimate is noise, and correcting by it would hurt.
