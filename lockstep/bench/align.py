@@ -108,8 +108,10 @@ def run_align_bench(options: AlignBenchOptions, settings: AlignSettings | None =
     grid_windows: list[GridWindow] = baseline.windows
     slack = int(options.slack_ms * 1000)
     scores = {
-        "lockstep": score([pairing_from_window(w) for w in lockstep_windows], truth, slack),
-        "baseline": score([w.pairing() for w in grid_windows], truth, slack),
+        "lockstep": score([pairing_from_window(w) for w in lockstep_windows], truth, slack,
+                          int(align.tolerance_ms * 1000)),
+        "baseline": score([w.pairing() for w in grid_windows], truth, slack,
+                          int(align.tolerance_ms * 1000)),
     }
     members = {
         "lockstep": sum(len(s) for w in lockstep_windows for s in w.members.values()),

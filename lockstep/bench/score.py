@@ -16,6 +16,8 @@ token it chose is measurably worse: further from the anchor's true time than the
 by more than ``slack_us`` (2 ms by default). At a chunk boundary two chunks are within a
 fraction of a millisecond of the anchor, and no estimator working from jittered stamps can
 tell them apart; choosing either is not a misalignment a viewer or a model could notice.
+Without an ideal token (an anchor in an audio gap), a token within the matching tolerance
+is as good as the pairing contract asks.
 Windows without a video anchor are counted apart.
 """
 
@@ -137,8 +139,9 @@ class Truth:
         return frozenset(right)
 
 
-def score(pairings: Iterable[Pairing], truth: Truth, slack_us: int = 2000) -> Score:
-    """Score pairings against the truth (see the module doc for ``slack_us``)."""
+def score(pairings: Iterable[Pairing], truth: Truth, slack_us: int = 2000,
+          tolerance_us: int = 15_000) -> Score:
+    """Score pairings against the truth (see the module doc for the slack and tolerance)."""
     result = Score()
     for p in pairings:
         result.windows += 1
@@ -156,7 +159,8 @@ def score(pairings: Iterable[Pairing], truth: Truth, slack_us: int = 2000) -> Sc
                 continue
             if seq not in truth.accepted(p.stream_id, modality, anchor_us):
                 strict = True
-                if _excess_us(truth, p.stream_id, modality, seq, anchor_us) > slack_us:
+                excess = _excess_us(truth, p.stream_id, modality, seq, anchor_us, tolerance_us)
+                if excess > slack_us:
                     wrong = True
                     result.misaligned_by_modality[modality] += 1
             error = _error_us(truth, p.stream_id, modality, seq, anchor_us)
@@ -175,8 +179,12 @@ def _distance_us(cap: Capture, at_us: int) -> int:
 
 
 def _excess_us(truth: Truth, stream_id: str, modality: Modality, seq: int,
-               anchor_us: int) -> int:
-    """How much further from the anchor the chosen token is than the ideal one."""
+               anchor_us: int, tolerance_us: int) -> int:
+    """How much further from the anchor the chosen token is than the ideal one.
+
+    Without an ideal token (the anchor falls in an audio gap, say) any token within the
+    matching tolerance is as good as the contract asks: the excess is beyond it.
+    """
     cap = truth.captures.get((stream_id, modality, seq))
     if cap is None:
         return 1 << 62
@@ -189,7 +197,7 @@ def _excess_us(truth: Truth, stream_id: str, modality: Modality, seq: int,
         if cap.true_us > anchor_us:
             return cap.true_us - anchor_us
         return 0 if ideal_cap is None else anchor_us - ideal_cap.true_us
-    best = 0 if ideal_cap is None else _distance_us(ideal_cap, anchor_us)
+    best = tolerance_us if ideal_cap is None else _distance_us(ideal_cap, anchor_us)
     return _distance_us(cap, anchor_us) - best
 
 

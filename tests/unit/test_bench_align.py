@@ -128,13 +128,15 @@ def test_scorer_calls_an_ocr_captured_after_the_anchor_misaligned() -> None:
     assert result.error_ms(50) == 500.0
 
 
-def test_scorer_counts_any_audio_match_misaligned_when_the_covering_chunk_was_lost() -> None:
+def test_scorer_judges_audio_in_a_gap_against_the_matching_tolerance() -> None:
     captures = dict(_point_truth().captures)
     captures[("s", Modality.AUDIO, 0)] = replace(captures[("s", Modality.AUDIO, 0)],
                                                  delivered=False)
-    result = score([_pairing(0, audio=1)], Truth(captures))
-    assert result.misaligned == 1
-    assert result.errors(Modality.AUDIO) == [5 * MS]  # distance to the chunk's interval
+    truth = Truth(captures)  # the anchor falls in a gap; chunk 1 starts 5 ms after it
+    within = score([_pairing(0, audio=1)], truth, tolerance_us=15 * MS)
+    assert within.misaligned == 0 and within.misaligned_strict == 1
+    assert within.errors(Modality.AUDIO) == [5 * MS]  # distance to the chunk's interval
+    assert score([_pairing(0, audio=1)], truth, tolerance_us=2 * MS).misaligned == 1
 
 
 def test_scorer_counts_windows_without_anchor_apart_from_the_rate() -> None:
