@@ -81,6 +81,7 @@ class Aligner:
         self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
                              for m in Modality}
         self._timebase = Timebase(s)
+        self.settle_points = s.settle_points
 
     # -- public ------------------------------------------------------------------------
 
@@ -207,6 +208,17 @@ class Aligner:
         for stream_id in stream_ids:
             self._streams.pop(stream_id, None)
             self._evicted.pop(stream_id, None)
+
+    def _settled(self, st: Stream, m: Modality) -> bool:
+        """Whether a modality's pairing with video can be trusted yet."""
+        if Modality.VIDEO not in st.last_seen:
+            return True  # no video to pair against: hop windows on the stream's own clocks
+        if m not in st.offset_known:
+            return False
+        for clock in (st.clocks.get(m), st.clocks.get(Modality.VIDEO)):
+            if clock is not None and clock.ready and clock.points < self.settle_points:
+                return False
+        return True
 
     def _deadline(self, st: Stream, end: int) -> int:
         return end + st.lag_us + self.max_wait_us
@@ -357,10 +369,10 @@ class Aligner:
         for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
                          (Modality.OCR, ocr_state)):
             if state is not None:
-                if (state.present and m is not Modality.OCR and m not in st.offset_known
-                        and Modality.VIDEO in st.last_seen):
-                    # Its clock offset against video is not known yet: the pairing could be
-                    # off by that much, so the window is partial rather than misaligned.
+                if state.present and m is not Modality.OCR and not self._settled(st, m):
+                    # Its offset against video is not known yet, or its clock or the video
+                    # clock is still young: the pairing could be off by more than the
+                    # tolerance, so the window is partial rather than misaligned.
                     state = trusted(ModalityState, **{**state.__dict__, "present": False})
                 states[m] = state
         st.remember(by_mod[Modality.SENSOR], by_mod[Modality.OCR])

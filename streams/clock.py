@@ -75,6 +75,11 @@ class CaptureClock:
                        and self._var < 2.25 * self._b * self._b)
 
     @property
+    def points(self) -> int:
+        """Captures fitted since the last (re)start."""
+        return self._n
+
+    @property
     def period_us(self) -> float | None:
         """The fitted time between consecutive captures."""
         return self._b if self._n >= 2 and self._b > 0 else None

@@ -126,16 +126,15 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
         elif slot[1] is None or item.t < slot[1].t:
             slot[1] = item
     values: list[SensorToken] = []
-    nearest: Item | None = None  # the reported match: interpolated from, or nearest
+    nearest: Item | None = None  # the reported match: the reading nearest the anchor
     skew: int | None = None  # 0 for a value interpolated at the anchor
     for name in sorted(around):
         before, after = around[name]
         near = min((i for i in (before, after) if i is not None),
                    key=lambda i: abs(i.t - anchor))
         value = _interpolate(before, after, anchor, tolerance)
-        match = before if value is not None and before is not None else near
-        if nearest is None or abs(match.t - anchor) < abs(nearest.t - anchor):
-            nearest = match
+        if nearest is None or abs(near.t - anchor) < abs(nearest.t - anchor):
+            nearest = near
         if value is None and abs(near.t - anchor) <= tolerance:
             token = near.token
             assert isinstance(token, SensorToken)

@@ -154,6 +154,9 @@ class AlignSettings(_Section):
     clock_offsets_ms: dict[ModalityName, float] = Field(default_factory=dict)
     #: Estimate the offsets not configured from the floors of the modalities' transport lag.
     estimate_offsets: bool = True
+    #: Captures a recovered clock (and the video clock) must have fitted before a pairing
+    #: with it is trusted; younger pairings leave the modality missing (a partial window).
+    settle_points: Annotated[int, Field(ge=1)] = 32
     #: Estimated offsets smaller than this are treated as zero (estimation noise).
     offset_min_ms: Ms = 5.0
     #: Tokens from further than this in the future (by the task's clock) are dead-lettered.

@@ -158,8 +158,9 @@ class Timeline(_Record):
 class ModalityState(_Record):
     """How a modality was matched in a window.
 
-    ``matched_seq`` is the token the aligner paired with the anchor (for interpolated
-    sensors, the reading before it); ``skew_us`` its distance from the anchor.
+    ``matched_seq`` is the token the aligner paired with the anchor (for a sensor, the
+    reading nearest it, even when the value is interpolated); ``skew_us`` its distance from
+    the anchor, 0 for an interpolated value.
     """
 
     present: bool
