@@ -68,8 +68,10 @@ class Stream:
     buf: dict[Modality, list[Item]] = field(
         default_factory=lambda: {m: [] for m in Modality})
     buffered: int = 0
-    clocks: dict[Modality, CaptureClock] = field(default_factory=dict)
-    lags: dict[Modality, LagFloor] = field(default_factory=dict)
+    clocks: dict[Modality, CaptureClock] = field(
+        default_factory=lambda: {m: CaptureClock() for m in Modality})
+    lags: dict[Modality, LagFloor] = field(
+        default_factory=lambda: {m: LagFloor() for m in Modality})
     offsets: dict[Modality, int] = field(default_factory=dict)
     offset_known: set[Modality] = field(default_factory=set)
     watermark: dict[Modality, int] = field(default_factory=dict)
@@ -85,20 +87,6 @@ class Stream:
     #: The waiting window (start, end, modalities it waits for); None: re-plan on any token.
     pending: tuple[int, int, frozenset[Modality]] | None = None
     _recent: dict[Modality, tuple[set[int], deque[int]]] = field(default_factory=dict)
-
-    def clock(self, m: Modality) -> CaptureClock:
-        """The capture clock of a modality (created on first use)."""
-        clock = self.clocks.get(m)
-        if clock is None:
-            clock = self.clocks[m] = CaptureClock()
-        return clock
-
-    def lag(self, m: Modality) -> LagFloor:
-        """The lag floor of a modality (created on first use)."""
-        floor = self.lags.get(m)
-        if floor is None:
-            floor = self.lags[m] = LagFloor()
-        return floor
 
     def seen_before(self, modality: Modality, seq: int) -> bool:
         """True for a (modality, seq) among the recent ones; remembers it otherwise."""

@@ -98,17 +98,22 @@ class CaptureClock:
 
     def update(self, seq: int, t_us: int) -> int:
         """Fit one (seq, t) point and return the token's recovered capture time."""
-        if self._last_seq is not None and seq < self._last_seq - 10_000:
+        last = self._last_seq
+        if last is not None and seq < last - 10_000:
             self._restart()  # the counter wrapped or the device restarted
+            last = None
         if self._x0 is None:
             self._x0, self._y0 = seq, t_us
         if seq - self._x0 > 100_000:
             self._rebase(seq - self._x0)
         x, y = float(seq - self._x0), float(t_us - self._y0)
-        if self._n >= self.min_points:
+        n = self._n
+        if n >= self.min_points:
             residual = y - (self._a + self._b * x)
-            limit = max(self.min_outlier_us, self.outlier_sigmas * math.sqrt(self._var))
-            if abs(residual) > limit:
+            limit = self.outlier_sigmas * math.sqrt(self._var)
+            if limit < self.min_outlier_us:
+                limit = self.min_outlier_us
+            if residual > limit or -residual > limit:
                 self.outliers += 1
                 self._run += 1
                 if self._run >= self.reset_after:
@@ -117,24 +122,26 @@ class CaptureClock:
                 return t_us
         self._run = 0
         f = self.forget
-        self._s0 = f * self._s0 + 1.0
-        self._sx = f * self._sx + x
-        self._sy = f * self._sy + y
-        self._sxx = f * self._sxx + x * x
-        self._sxy = f * self._sxy + x * y
-        self._syy = f * self._syy + y * y
-        self._n += 1
-        self._last_seq = seq if self._last_seq is None else max(self._last_seq, seq)
-        det = self._s0 * self._sxx - self._sx * self._sx
-        if self._n >= 2 and det > 1e-9:
-            self._b = (self._s0 * self._sxy - self._sx * self._sy) / det
-            self._a = (self._sy - self._b * self._sx) / self._s0
-            sse = self._syy - self._a * self._sy - self._b * self._sxy
-            dof = max(self._s0 - 2.0, 1.0)
-            self._var = max(0.0, sse / dof)
+        s0 = self._s0 = f * self._s0 + 1.0
+        sx = self._sx = f * self._sx + x
+        sy = self._sy = f * self._sy + y
+        sxx = self._sxx = f * self._sxx + x * x
+        sxy = self._sxy = f * self._sxy + x * y
+        syy = self._syy = f * self._syy + y * y
+        n = self._n = n + 1
+        if last is None or seq > last:
+            self._last_seq = seq
+        det = s0 * sxx - sx * sx
+        if n >= 2 and det > 1e-9:
+            b = self._b = (s0 * sxy - sx * sy) / det
+            a = self._a = (sy - b * sx) / s0
+            dof = s0 - 2.0 if s0 > 3.0 else 1.0
+            var = (syy - a * sy - b * sxy) / dof
+            self._var = var if var > 0.0 else 0.0
         self._update_ready()
-        recovered = self.time_of(seq)
-        return t_us if recovered is None else round(recovered)
+        if not self._ready:
+            return t_us
+        return round(self._y0 + self._a + self._b * x)
 
     def _rebase(self, dx: int) -> None:
         """Move the origin ``dx`` captures later, keeping the fit (bounds float error)."""

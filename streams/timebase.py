@@ -30,10 +30,10 @@ class Timebase:
     def correct(self, st: Stream, token: Token, now_us: int) -> int:
         """Fit the token into its clock; return its corrected capture time (µs)."""
         m = token.modality
-        clock = st.clock(m)
+        clock = st.clocks[m]
         # An irregular (event-driven) modality never gets a ready clock: raw stamps stay.
         recovered = clock.update(token.seq, token.t_us)
-        lag = st.lag(m)
+        lag = st.lags[m]
         if clock.ready:  # raw, jittered times would drag the floor down
             # A chunk can only be sent once it has been captured whole: measure from its end.
             done = recovered + token.duration_us if isinstance(token, AudioToken) else recovered
