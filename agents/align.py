@@ -51,6 +51,7 @@ class AlignTask:
         self.catchup_records = settings.align.catchup_records
         self.catchup_s = settings.align.catchup_lag_ms / 1000.0
         self.oldest_read_s = 0.0  # largest transport lag read since the last tick
+        self.behind_at_us = 0  # when the task was last seen behind
 
     async def on_event(self, event: EventT[bytes]) -> None:
         """Decode and align one media record."""
@@ -60,6 +61,9 @@ class AlignTask:
         self.read[message.tp] = message.offset
         transport_s = max(0.0, now / 1e6 - message.timestamp)
         self.oldest_read_s = max(self.oldest_read_s, transport_s)
+        if transport_s > self.catchup_s:
+            self.behind_at_us = now
+            self.aligner.catching_up = True  # at once: a fetch can hold seconds of backlog
         self.telemetry.stage("transport", transport_s)
         try:
             token = self._decode(message.topic, message.key, event.value)
@@ -89,9 +93,11 @@ class AlignTask:
         self.outbox.raise_if_failed()
         now = wall_us()
         # Behind the log end by many records, or reading records produced long ago: a
-        # backlog, which arrives topic by topic.
-        self.aligner.catching_up = (self.backlog() > self.catchup_records
-                                    or self.oldest_read_s > self.catchup_s)
+        # backlog, which arrives topic by topic. It is over once neither has held for a
+        # while (fetches come in bursts; between two, the signs can look clear).
+        if self.backlog() > self.catchup_records or self.oldest_read_s > self.catchup_s:
+            self.behind_at_us = now
+        self.aligner.catching_up = now - self.behind_at_us < 500_000
         self.oldest_read_s = 0.0
         await self.emit(self.aligner.poll(now))
         if now - self._reported_us > 1_000_000:
@@ -119,6 +125,8 @@ class AlignTask:
             per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
         for topic, behind in per_topic.items():
             self.telemetry.consumer_lag.labels(topic, self.app.conf.id).set(behind)
+        self.aligner.backlogged = frozenset(
+            catalog.MODALITY_OF_TOPIC[t] for t, behind in per_topic.items() if behind > 0)
         return max(per_topic.values(), default=0)
 
     def report_clocks(self) -> None:

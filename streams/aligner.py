@@ -67,6 +67,9 @@ class Aligner:
     stride: int = 1
     _streams: dict[str, Stream] = field(default_factory=dict)
     _catching_up: bool = False
+    #: While catching up: modalities whose topics still hold unread records (set by the
+    #: agent). Streams wait for them even before their first token of that modality.
+    backlogged: frozenset[Modality] = frozenset()
     _evicted: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -133,7 +136,8 @@ class Aligner:
         if st.seen_before(token.modality, token.seq):
             out.duplicates.append(TokenKey(token.stream_id, token.modality, token.seq))
             return out
-        item = Item.of(self._timebase.correct(st, token, now_us), token, now_us)
+        item = Item.of(self._timebase.correct(st, token, now_us,
+                                              learn_lag=not self._catching_up), token, now_us)
         if st.closed_end is not None and item.own < st.closed_end:
             out.late.append(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,
@@ -287,7 +291,10 @@ class Aligner:
         live = frozenset(m for m, seen in st.last_seen.items() if m in DENSE and (
             self._catching_up or now_us - seen <= self.idle_us))
         dead = frozenset(st.last_seen) - live
-        return (self.required - dead) | live, self.required | live
+        wait = (self.required - dead) | live
+        if self._catching_up:
+            wait |= self.backlogged & DENSE
+        return wait, self.required | live
 
     def _passed(self, st: Stream, m: Modality, end: int) -> bool:
         mark = st.watermark.get(m)

@@ -27,14 +27,19 @@ class Timebase:
         self.estimate = settings.estimate_offsets
         self.deadband_us = int(settings.offset_min_ms * 1000)
 
-    def correct(self, st: Stream, token: Token, now_us: int) -> int:
-        """Fit the token into its clock; return its corrected capture time (µs)."""
+    def correct(self, st: Stream, token: Token, now_us: int, *, learn_lag: bool = True) -> int:
+        """Fit the token into its clock; return its corrected capture time (µs).
+
+        ``learn_lag`` false (reading a backlog) keeps its transport lag out of the offset
+        estimate: a backlog reaches each topic at its own time, so the lags no longer say
+        anything about the clocks.
+        """
         m = token.modality
         clock = st.clocks[m]
         # An irregular (event-driven) modality never gets a ready clock: raw stamps stay.
         recovered = clock.update(token.seq, token.t_us)
         lag = st.lags[m]
-        if clock.ready:  # raw, jittered times would drag the floor down
+        if clock.ready and learn_lag:  # raw, jittered times would drag the floor down
             # A chunk can only be sent once it has been captured whole: measure from its end.
             done = recovered + token.duration_us if isinstance(token, AudioToken) else recovered
             lag.push(now_us, done)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from streams.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
 from streams.matching import distance
 from streams.settings import AlignSettings
+from streams.synthetic import SyntheticConfig, SyntheticStream
 from tests.factories import T0, audio, ocr, sensor, video
 from topics.schemas import AudioToken, Modality, Token, Window
 
@@ -309,3 +310,27 @@ def test_while_catching_up_windows_wait_for_watermarks_not_deadlines() -> None:
     assert [w.window_seq for w in out.windows] == [0]  # closed by the audio watermark
     al.catching_up = False
     assert al.poll(START + 9_000_000).windows[0].window_seq == 1  # deadline again
+
+
+def test_a_backlog_read_topic_by_topic_sends_nothing_late_while_catching_up() -> None:
+    # what a restarted task reads: 5 s of three streams, a few records of one partition of
+    # one topic at a time (video, then audio, then sensor...), all of it seconds old
+    config = SyntheticConfig(width=16, height=12)
+    tokens = [t for i in range(3) for t in SyntheticStream(f"s{i}", START, config).due(
+        START + 5_000_000)]
+    queues: dict[tuple[Modality, int], list[Token]] = {}
+    for t in sorted(tokens, key=lambda t: t.t_us):
+        queues.setdefault((t.modality, int(t.stream_id[1:]) % 2), []).append(t)
+    al, out, now = _aligner(), AlignOutput(), START + 8_000_000
+    al.catching_up = True
+    while any(queues.values()):
+        for key in sorted(queues, key=lambda k: (k[0].value, k[1])):
+            batch, queues[key] = queues[key][:10], queues[key][10:]
+            for token in batch:
+                now += 20
+                out.extend(al.add(token, now))
+        out.extend(al.poll(now))
+    al.catching_up = False
+    out.extend(al.flush(now))
+    assert out.late == []
+    assert sum(len(s) for w in out.windows for s in w.members.values()) == len(tokens)
