@@ -121,7 +121,11 @@ class AlignTask:
             if end is None:  # no fetch has answered for it yet
                 continue
             read = self.read.get(tp)
-            behind = max(0, end - (read + 1 if read is not None else 0))
+            if read is None:
+                # Nothing read from it yet: its position is unknown here (it may sit at a
+                # committed offset with nothing new). Old records, once read, still tell.
+                continue
+            behind = max(0, end - (read + 1))
             per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
         for topic, behind in per_topic.items():
             self.telemetry.consumer_lag.labels(topic, self.app.conf.id).set(behind)
