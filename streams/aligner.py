@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from streams.alignstate import DENSE, AlignOutput, Rejected, Stream, TokenKey
 from streams.matching import Item, match_audio, match_ocr, match_sensors
 from streams.settings import AlignSettings
-from streams.timebase import Timebase, retime
+from streams.timebase import Timebase
 from topics.schemas import (
     AudioToken,
     LateToken,
@@ -355,23 +355,18 @@ class Aligner:
             by_mod[item.token.modality].append(item)
         states: dict[Modality, ModalityState] = {}
         video = plan.frame.token if plan.frame is not None else None
-        if plan.frame is not None:
-            # The clocks have seen more captures since these tokens came: pair on their
-            # latest recovered times (ownership stays as decided).
-            plan.anchor = min(max(retime(st, plan.frame).t, plan.start), plan.end - 1)
         if isinstance(video, VideoToken):
             states[Modality.VIDEO] = trusted(ModalityState,
                 present=True, confidence=video.quality, skew_us=0, matched_seq=video.seq,
                 tokens=len(by_mod[Modality.VIDEO]))
         audio_view = by_mod[Modality.AUDIO] + st.peek_before(Modality.AUDIO, plan.end)
-        audio_state, audio = match_audio([retime(st, i) for i in audio_view], plan.anchor,
+        audio_state, audio = match_audio(audio_view, plan.anchor,
                                          plan.start, plan.end, self.tolerance_us[Modality.AUDIO])
         sensor_view = by_mod[Modality.SENSOR] + st.peek_after(Modality.SENSOR, plan.anchor)
         sensor_state, sensors = match_sensors(
-            [retime(st, i) for i in sensor_view], st.last_sensor, plan.anchor,
+            sensor_view, st.last_sensor, plan.anchor,
             self.tolerance_us[Modality.SENSOR])
-        ocr_state, ocr = match_ocr([retime(st, i) for i in by_mod[Modality.OCR]],
-                                   [retime(st, i) for i in st.last_ocr], plan.anchor,
+        ocr_state, ocr = match_ocr(by_mod[Modality.OCR], st.last_ocr, plan.anchor,
                                    self.ocr_ttl_us)
         for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
                          (Modality.OCR, ocr_state)):

@@ -40,10 +40,6 @@ class Item:
             return cls(t, token, arrival, end, end - 1)
         return cls(t, token, arrival, t, t)
 
-    def shifted(self, t: int) -> Item:
-        """The same token at corrected time ``t``."""
-        shift = t - self.t
-        return Item(t, self.token, self.arrival, self.end + shift, self.own + shift)
 
 
 def distance(point: int, start: int, end: int) -> int:

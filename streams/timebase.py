@@ -9,7 +9,6 @@ quantiles of the modalities' transport lags (:class:`~streams.clock.LagFloor`).
 from __future__ import annotations
 
 from streams.alignstate import Stream
-from streams.matching import Item
 from streams.settings import AlignSettings
 from topics.schemas import AudioToken, Modality, Token
 
@@ -60,11 +59,3 @@ class Timebase:
             st.offset_known.add(m)
         st.offsets[m] = offset or 0
         return recovered - (offset or 0)
-
-
-def retime(st: Stream, item: Item) -> Item:
-    """The item at its capture time as its clock's current fit recovers it."""
-    m = item.token.modality
-    clock = st.clocks.get(m)
-    t = clock.time_of(item.token.seq) if clock is not None else None
-    return item if t is None else item.shifted(round(t) - st.offsets.get(m, 0))
