@@ -10,11 +10,10 @@ one modality's clock runs ahead of another's from the floor of their transport l
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
-
-import numpy as np
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,8 @@ class LagFloor:
 
     def __init__(self, size: int = 256, quantile: float | None = 0.1, every: int = 16) -> None:
         self._min = _SlidingMin(size)
-        self._ring = np.zeros(min(size, 128), dtype=np.int64)
+        self._ring: list[int] = []
+        self._ring_size = min(size, 128)
         self._quantile = quantile
         self._every = every
         self.value: int | None = None
@@ -208,11 +208,13 @@ class LagFloor:
         self.value = self._min.push(lag)
         if self._quantile is not None:
             ring = self._ring
-            ring[n % len(ring)] = lag
+            if len(ring) < self._ring_size:
+                ring.append(lag)
+            else:
+                ring[n % self._ring_size] = lag
             if n < 16 or (n + 1) % self._every == 0:
-                window = ring[: min(n + 1, len(ring))]
-                k = int(self._quantile * (len(window) - 1))
-                self.low = int(np.partition(window, k)[k])
+                k = int(self._quantile * (len(ring) - 1))
+                self.low = heapq.nsmallest(k + 1, ring)[-1]
         return self.value
 
     @property
