@@ -18,7 +18,7 @@ from streams.settings import Settings
 from streams.telemetry import Telemetry
 from topics import catalog
 from topics.codec import decode_as
-from topics.schemas import Window
+from topics.schemas import Response, Window
 
 STAGE = "route"
 
@@ -31,6 +31,8 @@ class RouteTask:
         self.outbox = Outbox(app, STAGE)
         self.telemetry = telemetry
         self.max_bytes = settings.kafka.max_record_bytes
+        self._p99_us = 0.0
+        self._p99_at_us = 0
 
     async def on_event(self, event: EventT[bytes]) -> None:
         """Route one window."""
@@ -41,12 +43,37 @@ class RouteTask:
         except BadInput as error:
             await self.outbox.dead_letter(event, error)
             return
-        request = self.router.route(window, received)
-        self.telemetry.windows.labels(request.route).inc()
-        self.telemetry.stage(STAGE, (wall_us() - received) / 1e6, route=request.route,
-                             pool=request.pool, slo_class=window.slo_class)
-        await self.outbox.send(catalog.requests_topic(request.pool), window.stream_id.encode(),
-                               request, ack=[event])
+        contradiction = self.router.contradiction(window)
+        if contradiction is not None:
+            await self.outbox.dead_letter(event, BadInput(f"contradictory window: {contradiction}"))
+            return
+        routed = self.router.route(window, received, self._downstream_p99_us(received))
+        self.telemetry.windows.labels(routed.route).inc()
+        request = routed.request
+        pool = request.pool if request is not None else ""
+        self.telemetry.stage(STAGE, (wall_us() - received) / 1e6, route=routed.route,
+                             pool=pool, slo_class=window.slo_class)
+        key = window.stream_id.encode()
+        if request is not None:
+            await self.outbox.send(catalog.requests_topic(pool), key, request, ack=[event])
+            return
+        # Nothing usable: the window still gets its answer, so every window has one.
+        dropped = Response(
+            stream_id=window.stream_id, window_seq=window.window_seq, route=routed.route,
+            pool="", engine="none", slo_class=window.slo_class, output="", scores={},
+            missing=window.missing, deadline_us=window.timeline.capture_us,
+            timeline=window.timeline.model_copy(update={"routed_us": received,
+                                                        "responded_us": wall_us()}),
+            status="dropped", reason=routed.reason)
+        await self.outbox.send(catalog.RESPONSES, key, dropped, ack=[event])
+
+    def _downstream_p99_us(self, now_us: int) -> float:
+        """Live P99 of queueing plus inference in this process (0 where they run elsewhere)."""
+        if now_us - self._p99_at_us > 1_000_000:
+            stats = self.telemetry.stage_stats()
+            self._p99_us = sum(stats[s].p99_ms * 1000 for s in ("queue", "infer") if s in stats)
+            self._p99_at_us = now_us
+        return self._p99_us
 
 
 def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> RouteTask:

@@ -61,7 +61,8 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
     stream_ids = [f"{prefix}cam{i}" for i in range(options.streams)]
     observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
     await observer.start()
-    roles = await start_roles(settings, ROLES, telemetry)
+    pools = list(dict.fromkeys(settings.route.pools.values()))
+    roles = await start_roles(settings, ROLES, telemetry, worker_pools=pools)
     try:
         await roles.wait_assigned(timeout_s=30.0)
         published = await publish_synthetic(

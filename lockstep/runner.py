@@ -46,7 +46,7 @@ async def prepare_topics(settings: Settings, *, create: bool, wait_s: float = 30
         BrokerError: The cluster did not answer in time.
         TopicMismatchError: A topic is missing or mis-partitioned.
     """
-    pools = tuple(dict.fromkeys((*settings.topics.pools, settings.route.pool,
+    pools = tuple(dict.fromkeys((*settings.topics.pools, *settings.route.pools.values(),
                                  settings.worker.pool)))
     topics = settings.topics.model_copy(update={"pools": pools})
     specs = catalog(topics, settings.kafka.max_record_bytes)
@@ -110,16 +110,28 @@ class RoleSet:
                 await task.close()
 
 
-async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telemetry) -> RoleSet:
-    """Build the app for ``roles``, register their agents and start consuming."""
-    app = create_app(settings, roles)
+async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telemetry,
+                      worker_pools: Sequence[str] | None = None) -> RoleSet:
+    """Build the app for ``roles``, register their agents and start consuming.
+
+    Args:
+        settings: Process settings.
+        roles: Roles to run.
+        telemetry: Where the agents report.
+        worker_pools: Pools whose worker runs here (default: ``worker.pool`` alone).
+    """
+    pools = list(worker_pools or [settings.worker.pool])
+    app = create_app(settings, roles, pools)
     running = RoleSet(app, list(roles), telemetry)
     if "align" in roles:
         running.aligners.append(align.register(app, settings, telemetry))
     if "route" in roles:
         route.register(app, settings, telemetry)
     if "worker" in roles:
-        running.workers.append(worker.register(app, settings, telemetry))
+        for pool in pools:
+            pool_settings = settings.model_copy(
+                update={"worker": settings.worker.model_copy(update={"pool": pool})})
+            running.workers.append(worker.register(app, pool_settings, telemetry))
     for task in running.workers:
         await task.start()
     await app.start()

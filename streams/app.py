@@ -23,10 +23,11 @@ from streams.settings import Settings
 ROLES = ("align", "route", "worker")
 
 
-def group_id(settings: Settings, roles: Sequence[str]) -> str:
+def group_id(settings: Settings, roles: Sequence[str],
+             pools: Sequence[str] | None = None) -> str:
     """The consumer group (and Faust app id) of a process running ``roles``."""
-    parts = [r if r != "worker" else f"worker-{settings.worker.pool}" for r in ROLES
-             if r in roles]
+    workers = "worker-" + "-".join(pools or [settings.worker.pool])
+    parts = [r if r != "worker" else workers for r in ROLES if r in roles]
     return "-".join([settings.app_id, *parts])
 
 
@@ -82,13 +83,14 @@ def install_uvloop() -> None:
     uvloop.install()
 
 
-def create_app(settings: Settings, roles: Sequence[str]) -> LockstepApp:
+def create_app(settings: Settings, roles: Sequence[str],
+               pools: Sequence[str] | None = None) -> LockstepApp:
     """Build (but do not start) the Faust app for ``roles``.
 
     Agents are registered by the role modules in :mod:`agents`.
     """
     kafka = settings.kafka
-    app_id = group_id(settings, roles)
+    app_id = group_id(settings, roles, pools)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = LockstepApp(
         app_id,

@@ -123,7 +123,7 @@ class TopicsSettings(_Section):
     media_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
     pipeline_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
     replication_factor: Annotated[int, Field(ge=1, le=16)] = 1
-    pools: tuple[PoolName, ...] = ("vl",)
+    pools: tuple[PoolName, ...] = ("vl", "text")
     media_retention_ms: Annotated[int, Field(ge=60_000)] = 3_600_000
     deadletter_retention_ms: Annotated[int, Field(ge=60_000)] = 7 * 86_400_000
 
@@ -176,11 +176,55 @@ class AlignSettings(_Section):
     budget_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
 
 
-class RouteSettings(_Section):
-    """Routing of aligned windows to engine pools."""
+RouteName = Literal["full", "vision_only", "text_only", "early_exit"]
 
-    pool: PoolName = "vl"
-    semantic_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+
+def _default_route_pools() -> dict[RouteName, PoolName]:
+    return {"full": "vl", "vision_only": "vl", "text_only": "text", "early_exit": "text"}
+
+
+def _default_domains() -> dict[str, Domain]:
+    return {
+        "medical": Domain(weight=2.3, keywords=("pain", "bleeding", "heart", "pulse", "doctor",
+                                                 "ambulance", "breath", "dose", "allergy")),
+        "finance": Domain(weight=2.3, keywords=("pay", "payment", "transfer", "account",
+                                                 "invoice", "price", "refund", "balance")),
+        "safety": Domain(weight=1.5, keywords=("stop", "exit", "fire", "warning", "danger",
+                                                "help", "brake", "emergency")),
+        "command": Domain(weight=1.0, keywords=("open", "close", "call", "navigate", "play",
+                                                 "turn", "set", "show", "start")),
+    }
+
+
+class Domain(_Section):
+    """Keywords of one domain and how much a hit raises a window's semantic importance."""
+
+    weight: Annotated[float, Field(ge=0.0)]
+    keywords: tuple[str, ...]
+
+
+class RouteSettings(_Section):
+    """Confidence gating, routes and priorities (see streams.router)."""
+
+    #: Engine pool of each route; a pool is a topic ``requests.<pool>``.
+    pools: dict[RouteName, PoolName] = Field(default_factory=_default_route_pools)
+    #: A modality below this confidence is untrustworthy and routed around.
+    min_confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    #: The full route needs the alignment gate at least this open.
+    gate_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    #: ASR confidence above which a window with a clear intent exits early (text only).
+    early_exit_asr: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
+    text_weight: Annotated[float, Field(ge=0.0)] = 0.45
+    image_weight: Annotated[float, Field(ge=0.0)] = 0.55
+    audio_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    gate_steepness: Annotated[float, Field(gt=0.0)] = 10.0
+    #: Alignment error (largest pairing skew) that counts against a stream's gate.
+    recalibrate_error_ms: Annotated[float, Field(gt=0.0)] = 80.0
+    #: ``a`` in priority = a * semantic importance + (1 - a) * SLA risk.
+    priority_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.65
+    domains: dict[str, Domain] = Field(default_factory=_default_domains)
+    #: Valid range of each sensor's values; a reading outside is untrustworthy.
+    sensor_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
 
 class WorkerSettings(_Section):

@@ -207,6 +207,10 @@ class Request(_Record):
     priority: Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]
     deadline_us: int
     reply_topic: str = "responses"
+    #: Why the window took its route (see docs/routing.md).
+    reason: str = ""
+    #: Per-modality confidences the gate saw, plus "text" and "gate".
+    confidence: dict[str, Confidence] = Field(default_factory=dict)
 
 
 class Response(_Record):
@@ -223,6 +227,9 @@ class Response(_Record):
     missing: list[Modality]
     deadline_us: int
     timeline: Timeline
+    #: ``ok``; ``dropped`` when routing found nothing usable (``reason`` says why).
+    status: Literal["ok", "dropped"] = "ok"
+    reason: str = ""
 
 
 class DeadLetter(_Record):

@@ -35,7 +35,7 @@ def _settings(bootstrap: str, pool: str) -> Settings:
     return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
                                 "fetch_max_wait_ms": 10},
                          topics={"pools": ("vl", pool)}, worker={"pool": pool},
-                         route={"pool": pool}, app_id="lockstep-delivery",
+                         app_id="lockstep-delivery",
                          metrics={"enabled": False})
 
 

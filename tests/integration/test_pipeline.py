@@ -36,7 +36,7 @@ async def test_every_token_is_settled_and_every_window_answered(any_broker: str)
     observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
     await observer.start()
     telemetry = Telemetry()
-    roles = await start_roles(settings, ROLES, telemetry)
+    roles = await start_roles(settings, ROLES, telemetry, worker_pools=["vl", "text"])
     try:
         assert await roles.wait_assigned()
         published = await publish_synthetic(settings.kafka, [f"{prefix}a", f"{prefix}b"], 2.5,

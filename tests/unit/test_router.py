@@ -1,43 +1,150 @@
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from streams.router import FULL, PARTIAL, Router
+from streams.priority import has_intent, priority, semantic_importance, sla_risk
+from streams.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Router
 from streams.settings import RouteSettings, SloSettings
-from tests.factories import T0
-from topics.schemas import Modality, ModalityState, Timeline, Window
+from tests.factories import T0, ocr, sensor
+from topics.schemas import AudioToken, Modality, ModalityState, Timeline, VideoToken, Window
 
 pytestmark = pytest.mark.unit
 
 
-def _window(missing: list[Modality], conf: float = 0.8, slo: str = "cabin") -> Window:
-    return Window(stream_id="s", window_seq=1, t_start_us=T0, t_end_us=T0 + 100_000,
-                  anchor_t_us=T0, slo_class=slo,
-                  modalities={Modality.VIDEO: ModalityState(present=True, confidence=conf)},
-                  missing=missing, members={}, timeline=Timeline(capture_us=T0))
+def _frame(pixels: np.ndarray | None = None) -> VideoToken:
+    if pixels is None:
+        pixels = np.clip(np.random.default_rng(1).normal(128, 40, (48, 64)), 0, 255)
+    return VideoToken(stream_id="s", seq=1, t_us=T0, format="gray8", width=64, height=48,
+                      data=pixels.astype(np.uint8).tobytes())
 
 
-def test_complete_window_goes_full_and_incomplete_goes_partial() -> None:
-    router = Router(RouteSettings(pool="vl"), SloSettings())
-    assert router.route(_window([]), T0).route == FULL
-    request = router.route(_window([Modality.AUDIO]), T0)
-    assert request.route == PARTIAL and request.pool == "vl"
+def _speech(text: str | None = None, conf: float | None = None, level: float = 0.3
+            ) -> AudioToken:
+    n = np.arange(320)
+    pcm = (level * np.sin(2 * np.pi * 440 * n / 16000) * 32767).astype("<i2").tobytes()
+    return AudioToken(stream_id="s", seq=1, t_us=T0, encoding="pcm_s16le", sample_rate=16000,
+                      channels=1, duration_us=20_000, data=pcm, asr_text=text,
+                      asr_confidence=conf)
+
+
+def _window(video: VideoToken | None = None, audio: list[AudioToken] | None = None,
+            texts: tuple[str, ...] = (), slo: str = "cabin", **kw: object) -> Window:
+    states = {}
+    if video is not None:
+        states[Modality.VIDEO] = ModalityState(present=True, skew_us=0)
+    if audio:
+        states[Modality.AUDIO] = ModalityState(present=True, skew_us=1000)
+    missing = [] if video is not None else [Modality.VIDEO]
+    fields: dict[str, object] = dict(
+        stream_id="s", window_seq=1, t_start_us=T0 - 16_000, t_end_us=T0 + 16_000,
+        anchor_t_us=T0, slo_class=slo, modalities=states, missing=missing, members={},
+        video=video, audio=audio or [], ocr=[ocr(text=t) for t in texts],
+        timeline=Timeline(capture_us=T0))
+    fields.update(kw)
+    return Window(**fields)  # type: ignore[arg-type]
+
+
+def _router(**kw: object) -> Router:
+    return Router(RouteSettings(**kw), SloSettings())  # type: ignore[arg-type]
+
+
+def test_a_window_with_every_modality_trusted_goes_full_to_the_vl_pool() -> None:
+    routed = _router().route(_window(_frame(), [_speech()], ("EXIT",)), T0)
+    assert (routed.route, routed.reason) == (FULL, "all_trusted")
+    assert routed.request is not None and routed.request.pool == "vl"
+    assert routed.request.reason == "all_trusted" and routed.request.confidence["video"] > 0.8
+
+
+def test_missing_video_takes_the_text_only_route_to_the_text_pool() -> None:
+    routed = _router().route(_window(None, [_speech("turn left", 0.8)]), T0)
+    assert (routed.route, routed.reason) == (TEXT_ONLY, "video_missing")
+    assert routed.request is not None and routed.request.pool == "text"
+
+
+def test_a_black_frame_is_routed_around_as_untrusted_video() -> None:
+    black = _frame(np.zeros((48, 64)))
+    routed = _router().route(_window(black, [_speech("turn left", 0.8)]), T0)
+    assert (routed.route, routed.reason) == (TEXT_ONLY, "video_untrusted")
+
+
+def test_video_without_trusted_text_or_audio_goes_vision_only() -> None:
+    silent = _speech(level=0.0)
+    routed = _router().route(_window(_frame(), [silent]), T0)
+    assert (routed.route, routed.reason) == (VISION_ONLY, "no_trusted_text")
+
+
+def test_a_confident_asr_intent_exits_early_and_skips_vision() -> None:
+    routed = _router().route(_window(_frame(), [_speech("please call the doctor", 0.97)]), T0)
+    assert (routed.route, routed.reason) == (EARLY_EXIT, "asr_confident_intent")
+    assert routed.request is not None and routed.request.pool == "text"
+    unclear = _router().route(_window(_frame(), [_speech("hmm well", 0.97)]), T0)
+    assert unclear.route == FULL
+
+
+def test_a_window_with_nothing_usable_is_dropped_with_a_reason() -> None:
+    routed = _router().route(_window(None, [_speech(level=0.0)]), T0)
+    assert (routed.route, routed.reason, routed.request) == (DROP, "nothing_usable", None)
+
+
+def test_the_route_to_pool_mapping_is_configuration() -> None:
+    routed = _router(pools={"full": "big", "vision_only": "vl", "text_only": "small",
+                            "early_exit": "small"}).route(
+        _window(_frame(), [_speech()], ("EXIT",)), T0)
+    assert routed.request is not None and routed.request.pool == "big"
+
+
+def test_a_sensor_out_of_its_range_is_not_trusted() -> None:
+    w = _window(None, [], sensor=[sensor(value=50.0)])
+    assert _router().route(w, T0).route == TEXT_ONLY
+    assert _router(sensor_ranges={"imu": (0.0, 10.0)}).route(w, T0).route == DROP
+
+
+def test_contradictory_windows_are_named() -> None:
+    bad = _window(None, modalities={Modality.VIDEO: ModalityState(present=True)})
+    assert Router.contradiction(bad) == "video marked present without a frame"
+    assert Router.contradiction(_window(_frame())) is None
 
 
 def test_deadline_is_capture_time_plus_the_class_budget() -> None:
-    router = Router(RouteSettings(), SloSettings())
-    assert router.route(_window([], slo="surgical"), T0).deadline_us == T0 + 80_000
-    assert router.route(_window([], slo="unknown"), T0).deadline_us == T0 + 120_000
-
-
-def test_priority_rises_with_confidence_and_with_spent_budget() -> None:
-    router = Router(RouteSettings(semantic_weight=0.5), SloSettings())
-    fresh_low = router.route(_window([], conf=0.2), T0).priority
-    fresh_high = router.route(_window([], conf=0.9), T0).priority
-    late_high = router.route(_window([], conf=0.9), T0 + 100_000).priority
-    assert fresh_low < fresh_high < late_high <= 1.0
-    assert router.route(_window([], conf=0.9), T0 + 10**9).priority == pytest.approx(0.95)
+    w = _window(_frame(), [_speech()], slo="surgical")
+    request = _router().route(w, T0).request
+    assert request is not None and request.deadline_us == T0 + 80_000
 
 
 def test_routing_stamps_the_timeline() -> None:
-    request = Router(RouteSettings(), SloSettings()).route(_window([]), T0 + 5)
-    assert request.window.timeline.routed_us == T0 + 5
-    assert request.window.timeline.capture_us == T0
+    request = _router().route(_window(_frame(), [_speech()]), T0 + 5).request
+    assert request is not None and request.window.timeline.routed_us == T0 + 5
+
+
+def test_semantic_importance_weighs_domains() -> None:
+    domains = RouteSettings().domains
+    assert semantic_importance(["nice weather"], domains) == 0.0
+    medical = semantic_importance(["chest pain"], domains)
+    command = semantic_importance(["open the door"], domains)
+    assert 0 < command < medical < semantic_importance(["pain and bleeding"], domains) < 1
+    assert has_intent(["Call home"], domains) and not has_intent(["hello"], domains)
+
+
+@given(s=st.floats(0, 1), r=st.floats(0, 1), d=st.floats(0, 0.5), a=st.floats(0, 1))
+def test_priority_is_bounded_and_monotonic_in_importance_and_risk(
+        s: float, r: float, d: float, a: float) -> None:
+    p = priority(s, r, a)
+    assert 0.0 <= p <= 1.0
+    assert priority(min(1.0, s + d), r, a) >= p
+    assert priority(s, min(1.0, r + d), a) >= p
+
+
+@given(remaining=st.integers(-10**6, 10**6), p99=st.floats(0, 10**6))
+def test_sla_risk_is_bounded_and_full_once_the_budget_is_gone(remaining: int, p99: float) -> None:
+    risk = sla_risk(remaining, p99)
+    assert 0.0 <= risk <= 1.0
+    if remaining <= 0:
+        assert risk == 1.0
+
+
+def test_risk_rises_as_routing_eats_the_budget() -> None:
+    w = _window(_frame(), [_speech()])
+    early = _router().route(w, T0, downstream_p99_us=30_000).request
+    late = _router().route(w, T0 + 100_000, downstream_p99_us=30_000).request
+    assert early is not None and late is not None and late.priority > early.priority
