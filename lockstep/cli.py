@@ -79,7 +79,9 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
 @bootstrap_option
 @click.option("--roles", required=True, metavar="ROLES",
               help="Comma-separated roles: align, route, worker (or all).")
-@click.option("--pool", default=None, help="Engine pool of the worker role (default: vl).")
+@click.option("--pool", default=None, metavar="POOL[,POOL]",
+              help="Engine pool(s) of the worker role (default: LOCKSTEP_WORKER__POOL, or "
+                   "every routed pool when route runs in the same process).")
 @click.option("--create-topics/--no-create-topics", default=False, show_default=True,
               help="Create missing topics at start instead of only verifying them.")
 @click.option("--metrics-port", default=None, type=click.IntRange(0, 65535),
@@ -96,11 +98,14 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     from lockstep.runner import parse_roles, prepare_topics, start_roles
     from streams.telemetry import Telemetry
 
+    pools = [p.strip() for p in (pool or "").split(",") if p.strip()]
     settings = settings_for(
-        ctx, kafka=kafka_overrides(bootstrap), worker={"pool": pool} if pool else {},
+        ctx, kafka=kafka_overrides(bootstrap), worker={"pool": pools[0]} if pools else {},
         metrics={"port": metrics_port} if metrics_port is not None else {})
     role_list = parse_roles(roles)
     settings.kafka.require_bootstrap()
+    if not pools and "route" in role_list:
+        pools = list(dict.fromkeys(settings.route.pools.values()))  # a whole pipeline here
 
     async def main() -> None:
         telemetry = Telemetry(settings.slo.stage_p99_ms / 1000.0)
@@ -108,7 +113,7 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
             port = telemetry.serve(settings.metrics.host, settings.metrics.port)
             click.echo(f"metrics on http://{settings.metrics.host}:{port}/metrics", err=True)
         await prepare_topics(settings, create=create_topics)
-        running = await start_roles(settings, role_list, telemetry)
+        running = await start_roles(settings, role_list, telemetry, worker_pools=pools or None)
         click.echo(f"running {','.join(role_list)} as group {running.app.conf.id}", err=True)
         try:
             await until_signalled(running.wait_crashed)
