@@ -50,6 +50,6 @@ class Worker:
                 stream_id=window.stream_id, window_seq=window.window_seq, route=request.route,
                 pool=request.pool, engine=self.engine.name, slo_class=window.slo_class,
                 output=result.output, scores=result.scores, missing=window.missing,
-                deadline_us=request.deadline_us, timeline=timeline,
+                deadline_us=request.deadline_us, timeline=timeline, reason=request.reason,
             ))
         return responses

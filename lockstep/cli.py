@@ -54,10 +54,15 @@ def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
               help="Seconds to wait for the last windows and responses.")
 @click.option("--metrics-port", default=0, show_default=True, type=click.IntRange(0, 65535),
               help="Port for /metrics while the demo runs (0: any free port).")
+@click.option("--scenario", default="normal", show_default=True,
+              type=click.Choice(["normal", "partial"]),
+              help="partial: the first stream withholds its video, the second speaks a "
+                   "confident request (ASR 0.97), the rest are normal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float,
-         inject_bad: int, drain: float, metrics_port: int, as_json: bool) -> None:
+         inject_bad: int, drain: float, metrics_port: int, scenario: str,
+         as_json: bool) -> None:
     """Run every role in one process on synthetic streams and print the SLA report.
 
     Without --bootstrap (and LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS) it starts the embedded
@@ -69,7 +74,7 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap), metrics={"port": metrics_port})
     options = DemoOptions(streams=streams, seconds=seconds, inject_bad=inject_bad,
-                          drain_s=drain)
+                          drain_s=drain, scenario=scenario)
     report = run_async(run_demo(settings, options))
     click.echo(json.dumps(report, indent=2) if as_json else render_demo(report))
     sys.exit(0 if report["ok"] else 1)

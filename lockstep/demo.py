@@ -22,7 +22,9 @@ from lockstep.runner import prepare_topics, start_roles
 from streams.app import ROLES
 from streams.broker import EmbeddedBroker
 from streams.settings import Settings
+from streams.synthetic import SyntheticConfig
 from streams.telemetry import Telemetry
+from topics.schemas import Modality
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,20 @@ class DemoOptions:
     seconds: float = 5.0
     inject_bad: int = 0
     drain_s: float = 20.0
+    #: ``normal``; ``partial``: the first stream withholds its video and the second speaks
+    #: a confident, clear request (ASR 0.97), to exercise the partial and early-exit routes.
+    scenario: str = "normal"
+
+
+def scenario_configs(scenario: str, stream_ids: list[str]) -> dict[str, SyntheticConfig]:
+    """Per-stream synthetic configurations of a demo scenario."""
+    if scenario == "normal" or not stream_ids:
+        return {}
+    configs = {stream_ids[0]: SyntheticConfig(withheld=frozenset({Modality.VIDEO}))}
+    if len(stream_ids) > 1:
+        configs[stream_ids[1]] = SyntheticConfig(asr_text="please call the doctor",
+                                                 asr_confidence=0.97)
+    return configs
 
 
 async def run_demo(settings: Settings, options: DemoOptions) -> dict[str, Any]:
@@ -67,6 +83,7 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
         await roles.wait_assigned(timeout_s=30.0)
         published = await publish_synthetic(
             settings.kafka, stream_ids, options.seconds, telemetry,
+            configs=scenario_configs(options.scenario, stream_ids),
             inject_bad=options.inject_bad)
         drained = await _drain(observer, published, options.drain_s)
     finally:
@@ -116,7 +133,10 @@ def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, obse
         },
         "windows": len(ledger.windows),
         "windows_partial": sum(1 for w in ledger.windows.values() if w.missing),
+        "scenario": options.scenario,
         "routes": dict(sorted(routes.items())),
+        "reasons": dict(sorted(Counter(f"{r.route}:{r.reason}" for r in ledger.responses.values()
+                                       ).items())),
         "responses": len(ledger.responses),
         "windows_without_response": len(ledger.unanswered()),
         "responses_per_stream": {sid: per_stream.get(sid, 0) for sid in sorted(

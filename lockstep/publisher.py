@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ async def publish_synthetic(
     telemetry: Telemetry,
     *,
     config: SyntheticConfig | None = None,
+    configs: Mapping[str, SyntheticConfig] | None = None,
     inject_bad: int = 0,
     tick_s: float = 0.005,
 ) -> PublishReport:
@@ -69,12 +70,14 @@ async def publish_synthetic(
         seconds: How long to publish.
         telemetry: Receives the ``publish`` stage latency.
         config: Rates and sizes of the streams.
+        configs: Per-stream configurations that override ``config``.
         inject_bad: Also publish this many undecodable records (spread over the run).
         tick_s: Pacing interval.
     """
     report = PublishReport()
     start_us = time.time_ns() // 1000
-    sources = [SyntheticStream(sid, start_us, config or SyntheticConfig()) for sid in stream_ids]
+    sources = [SyntheticStream(sid, start_us, (configs or {}).get(sid) or config
+                               or SyntheticConfig()) for sid in stream_ids]
     pending: list[asyncio.Future[Any]] = []
     bad_every = seconds / (inject_bad + 1) if inject_bad else 0.0
     begin = time.monotonic()

@@ -24,6 +24,8 @@ def render_demo(report: Mapping[str, Any]) -> str:
         f"{ledger['dead_letters']} dead-lettered, {ledger['unaccounted']} unaccounted",
         f"  windows            {report['windows']} ({report['windows_partial']} partial); "
         f"routes: {routes}",
+        "  reasons            " + (", ".join(f"{k} {n}" for k, n in report["reasons"].items())
+                                   or "none"),
         f"  responses          {report['responses']} "
         f"({report['windows_without_response']} windows without a response)",
         "",

@@ -95,7 +95,9 @@ def _cut(chunks: Sequence[Item], start: int, end: int) -> AudioToken | None:
     return trusted(AudioToken, stream_id=first.stream_id, seq=first.seq, t_us=start,
                       encoding=first.encoding, sample_rate=rate, channels=channels,
                       duration_us=duration, data=out.tobytes(), modality=first.modality,
-                      asr_confidence=None,
+                      asr_confidence=max((c.token.asr_confidence for c in chunks
+                                          if isinstance(c.token, AudioToken)
+                                          and c.token.asr_confidence is not None), default=None),
                       asr_text=" ".join(c.token.asr_text for c in chunks
                                         if isinstance(c.token, AudioToken) and c.token.asr_text)
                       or None)

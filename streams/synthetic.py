@@ -27,6 +27,11 @@ class SyntheticConfig:
     tone_hz: float = 440.0
     ocr_every_ms: float = 500.0
     sensor_hz: float = 50.0
+    #: Modalities the stream does not send (a camera that is off, no microphone...).
+    withheld: frozenset[Modality] = frozenset()
+    #: Speech recognised in the audio, and the recogniser's confidence.
+    asr_text: str | None = None
+    asr_confidence: float | None = None
 
 
 @dataclass
@@ -51,6 +56,8 @@ class SyntheticStream:
         """Every token whose capture time is at or before ``now_us`` and not yet returned."""
         tokens: list[Token] = []
         for modality in Modality:
+            if modality in self.config.withheld:
+                continue
             period = self._period_us(modality)
             i = self._next_index.get(modality, 0)
             while self.start_us + int(i * period) <= now_us:
@@ -72,7 +79,8 @@ class SyntheticStream:
             pcm = (wave * 32767).astype("<i2").tobytes()
             return AudioToken(stream_id=self.stream_id, seq=i, t_us=t_us, encoding="pcm_s16le",
                               sample_rate=c.sample_rate, channels=1,
-                              duration_us=round(samples * 1e6 / c.sample_rate), data=pcm)
+                              duration_us=round(samples * 1e6 / c.sample_rate), data=pcm,
+                              asr_text=c.asr_text, asr_confidence=c.asr_confidence)
         if modality is Modality.OCR:
             return OcrToken(stream_id=self.stream_id, seq=i, t_us=t_us,
                             text=f"SIGN {i % 10}", bbox=(0.1, 0.1, 0.3, 0.1), confidence=0.95)

@@ -227,8 +227,9 @@ class Response(_Record):
     missing: list[Modality]
     deadline_us: int
     timeline: Timeline
-    #: ``ok``; ``dropped`` when routing found nothing usable (``reason`` says why).
+    #: ``ok``; ``dropped`` when routing found nothing usable.
     status: Literal["ok", "dropped"] = "ok"
+    #: Why the window took its route, or was dropped (docs/routing.md).
     reason: str = ""
 
 

@@ -121,3 +121,16 @@ def test_module_entry_point_prints_help() -> None:
     result = subprocess.run([sys.executable, "-m", "lockstep", "--help"], capture_output=True,
                             text=True, check=False, timeout=60)
     assert result.returncode == 0 and "demo" in result.stdout and "run" in result.stdout
+
+
+def test_demo_partial_scenario_reports_routes_and_reasons() -> None:
+    result = _cli("demo", "--json", "--scenario", "partial", "--streams", "3", "--seconds", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["scenario"] == "partial"
+    _check_demo_report(report, streams=3, bad=0)
+    reasons = report["reasons"]
+    assert reasons["text_only:video_missing"] > 0
+    assert reasons["early_exit:asr_confident_intent"] > 0
+    assert reasons["full:all_trusted"] > 0
+    assert sum(report["routes"].values()) == report["responses"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections import Counter
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -14,6 +15,7 @@ from lockstep.publisher import publish_synthetic
 from lockstep.runner import prepare_topics, start_roles
 from streams.app import ROLES
 from streams.settings import Settings, load_settings
+from streams.synthetic import SyntheticConfig
 from streams.telemetry import Telemetry
 from tests.factories import video
 from topics import catalog
@@ -79,3 +81,44 @@ async def test_every_token_is_settled_and_every_window_answered(any_broker: str)
     assert {"publish", "transport", "align", "route", "queue", "infer", "respond",
             "e2e"} <= set(stats)
     await asyncio.sleep(0)
+
+
+async def test_withheld_video_and_confident_speech_take_the_partial_and_early_exit_routes(
+        apache_kafka: str) -> None:
+    settings = _settings(apache_kafka)
+    await prepare_topics(settings, create=True)
+    prefix = f"rt-{secrets.token_hex(3)}-"
+    blind, speaker, normal = f"{prefix}blind", f"{prefix}speaker", f"{prefix}normal"
+    observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
+    await observer.start()
+    telemetry = Telemetry()
+    roles = await start_roles(settings, ROLES, telemetry, worker_pools=["vl", "text"])
+    try:
+        assert await roles.wait_assigned()
+        published = await publish_synthetic(
+            settings.kafka, [blind, speaker, normal], 2.5, telemetry, configs={
+                blind: SyntheticConfig(withheld=frozenset({Modality.VIDEO})),
+                speaker: SyntheticConfig(asr_text="please call the doctor",
+                                         asr_confidence=0.97)})
+        assert await _drain(observer, published, timeout_s=30.0), "ledger did not close"
+    finally:
+        await roles.stop()
+        await observer.stop()
+
+    by_stream: dict[str, Counter[tuple[str, str, str]]] = {}
+    for (sid, _), r in observer.ledger.responses.items():
+        by_stream.setdefault(sid, Counter())[(r.route, r.reason, r.pool)] += 1
+    assert set(by_stream[blind]) == {("text_only", "video_missing", "text")}
+    # a window holding no chunk of the speech (at the edges of the run) cannot exit early
+    speaker_routes = by_stream[speaker]
+    early = speaker_routes[("early_exit", "asr_confident_intent", "text")]
+    assert early >= 0.8 * sum(speaker_routes.values()), speaker_routes
+    assert set(speaker_routes) <= {("early_exit", "asr_confident_intent", "text"),
+                                   ("full", "all_trusted", "vl"),
+                                   ("text_only", "video_missing", "text")}, speaker_routes
+    normal_routes = by_stream[normal]  # edges of the run may hold a stretch without a frame
+    assert normal_routes[("full", "all_trusted", "vl")] >= 0.8 * sum(normal_routes.values())
+    assert set(normal_routes) <= {("full", "all_trusted", "vl"),
+                                  ("text_only", "video_missing", "text")}, normal_routes
+    text_answers = [r for r in observer.ledger.responses.values() if r.pool == "text"]
+    assert text_answers and all(r.status == "ok" and r.output for r in text_answers)
