@@ -49,6 +49,9 @@ class RouteTask:
             return
         routed = self.router.route(window, received, self._downstream_p99_us(received))
         self.telemetry.windows.labels(routed.route).inc()
+        if routed.request is not None and routed.request.token_drop is not None:
+            self.telemetry.token_drop.labels(routed.route).observe(
+                routed.request.token_drop.dropped)
         request = routed.request
         pool = request.pool if request is not None else ""
         self.telemetry.stage(STAGE, (wall_us() - received) / 1e6, route=routed.route,

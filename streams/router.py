@@ -37,7 +37,8 @@ from streams.confidence import (
 from streams.gate import GateCalibrator, alignment_gate
 from streams.priority import has_intent, priority, semantic_importance, sla_risk
 from streams.settings import RouteSettings, SloSettings
-from topics.schemas import Modality, Request, Window
+from streams.tokendrop import patch_mask
+from topics.schemas import Modality, Request, TokenDrop, Window
 
 FULL = "full"
 VISION_ONLY = "vision_only"
@@ -117,12 +118,18 @@ class Router:
         importance = semantic_importance(texts, r.domains)
         risk = sla_risk(deadline - now_us, downstream_p99_us)
         timeline = window.timeline.model_copy(update={"routed_us": now_us})
+        drop = None
+        if route in (FULL, VISION_ONLY) and window.video is not None and r.patch_size:
+            mask = patch_mask(window.video, r.patch_size, r.patch_min_std)
+            if mask is not None:
+                drop = TokenDrop(patch=mask.patch, rows=mask.rows, cols=mask.cols,
+                                 keep=mask.keep, dropped=round(mask.dropped, 4))
         request = Request(
             window=window.model_copy(update={"timeline": timeline}),
             route=route, pool=r.pools[route],  # type: ignore[index]
             priority=priority(importance, risk, r.priority_weight),
             deadline_us=deadline, reason=reason,
-            confidence={k: round(v, 4) for k, v in conf.items()},
+            confidence={k: round(v, 4) for k, v in conf.items()}, token_drop=drop,
         )
         return Routed(route, reason, request, conf)
 

@@ -223,6 +223,10 @@ class RouteSettings(_Section):
     #: ``a`` in priority = a * semantic importance + (1 - a) * SLA risk.
     priority_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.65
     domains: dict[str, Domain] = Field(default_factory=_default_domains)
+    #: Token drop: image patches of this size whose luma varies less than the threshold
+    #: (standard deviation) are marked for the engine to skip; 0 turns it off.
+    patch_size: Annotated[int, Field(ge=0, le=256)] = 8
+    patch_min_std: Annotated[float, Field(ge=0.0)] = 2.0
     #: Valid range of each sensor's values; a reading outside is untrustworthy.
     sensor_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
 

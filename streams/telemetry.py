@@ -82,6 +82,9 @@ class Telemetry:
                                  ["pool"], registry=r)
         self.consumer_lag = Gauge("lockstep_consumer_lag", "Records behind the log end.",
                                   ["topic", "group"], registry=r)
+        self.token_drop = Histogram(
+            "lockstep_token_drop_ratio", "Share of a window's image patches marked droppable.",
+            ["route"], buckets=(0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0), registry=r)
         self.align_fps = Gauge(
             "lockstep_align_fps", "Frame rate over streams: effective (captured) and target "
             "(windows emitted; lower while the SLA is at risk).", ["kind"], registry=r)

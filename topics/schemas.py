@@ -198,6 +198,16 @@ class Window(_Record):
         return bool(self.missing)
 
 
+class TokenDrop(_Record):
+    """Image patches an engine may skip: ``keep`` is the bit-packed row-major keep mask."""
+
+    patch: Annotated[int, Field(ge=1)]
+    rows: Annotated[int, Field(ge=0)]
+    cols: Annotated[int, Field(ge=0)]
+    keep: bytes
+    dropped: Confidence
+
+
 class Request(_Record):
     """A window routed to an engine pool, with its priority and deadline."""
 
@@ -211,6 +221,8 @@ class Request(_Record):
     reason: str = ""
     #: Per-modality confidences the gate saw, plus "text" and "gate".
     confidence: dict[str, Confidence] = Field(default_factory=dict)
+    #: Uniform image patches the engine may skip (routes that use vision).
+    token_drop: TokenDrop | None = None
 
 
 class Response(_Record):
