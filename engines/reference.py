@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engines.base import Engine, InferenceResult
+from topics.media import pcm, pixels
 from topics.schemas import AudioToken, Request, VideoToken, Window
 
 
@@ -61,22 +62,12 @@ _MIN_SAMPLES = 16
 
 
 def _frame(video: VideoToken) -> np.ndarray | None:
-    if video.format == "gray8":
-        return np.frombuffer(video.data, np.uint8).reshape(video.height, video.width)
-    if video.format == "rgb24":
-        rgb = np.frombuffer(video.data, np.uint8).reshape(video.height, video.width, 3)
-        return np.asarray(rgb.mean(axis=2))
-    return None  # compressed formats are decoded by the media engines, not here
+    raw = pixels(video)  # compressed formats are decoded by the media engines, not here
+    if raw is None or raw.ndim == 2:
+        return raw
+    return np.asarray(raw.mean(axis=2))
 
 
 def _pcm(chunks: Sequence[AudioToken]) -> np.ndarray | None:
-    pieces = []
-    for chunk in chunks:
-        if chunk.encoding == "pcm_s16le":
-            data = np.frombuffer(chunk.data, "<i2").astype(np.float32) / 32768.0
-        elif chunk.encoding == "pcm_f32le":
-            data = np.frombuffer(chunk.data, "<f4").astype(np.float32)
-        else:
-            continue
-        pieces.append(data.reshape(-1, chunk.channels).mean(axis=1))
+    pieces = [data.mean(axis=1) for c in chunks if (data := pcm(c)) is not None]
     return np.concatenate(pieces) if pieces else None

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topics.media import pcm, pixels
 from topics.schemas import AudioToken, OcrToken, SensorToken, VideoToken
-
-_PCM_DTYPES = {"pcm_s16le": ("<i2", 32768.0), "pcm_f32le": ("<f4", 1.0)}
 
 
 @dataclass(frozen=True)
@@ -43,13 +42,12 @@ class VideoQuality:
 
 def luma(frame: VideoToken) -> np.ndarray | None:
     """The frame as a float luma image, or None for formats decoded elsewhere."""
-    if frame.format == "gray8":
-        return np.frombuffer(frame.data, np.uint8).reshape(frame.height, frame.width).astype(
-            np.float32)
-    if frame.format == "rgb24":
-        rgb = np.frombuffer(frame.data, np.uint8).reshape(frame.height, frame.width, 3)
-        return np.asarray(rgb @ np.array([0.299, 0.587, 0.114], np.float32))
-    return None
+    raw = pixels(frame)
+    if raw is None:
+        return None
+    if raw.ndim == 2:
+        return raw.astype(np.float32)
+    return np.asarray(raw @ np.array([0.299, 0.587, 0.114], np.float32))
 
 
 def video_quality(frame: VideoToken, age_us: int, *, focus_scale: float = 100.0,
@@ -102,12 +100,9 @@ def audio_confidence(chunks: Sequence[AudioToken], *, silence_db: float = -60.0,
         return max(asr)
     levels = []
     for chunk in chunks:
-        spec = _PCM_DTYPES.get(chunk.encoding)
-        if spec is None:
-            continue
-        pcm = np.frombuffer(chunk.data, spec[0]).astype(np.float64) / spec[1]
-        if len(pcm):
-            levels.append(float(np.sqrt(np.mean(pcm * pcm))))
+        samples = pcm(chunk, np.float64)
+        if samples is not None and samples.size:
+            levels.append(float(np.sqrt(np.mean(samples * samples))))
     if not levels:
         return 0.5  # compressed audio without ASR: present, nothing more known
     db = 20.0 * math.log10(max(max(levels), 1e-9))

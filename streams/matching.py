@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topics.media import PCM_FORMATS
 from topics.schemas import AudioToken, ModalityState, OcrToken, SensorToken, Token, trusted
-
-_PCM_DTYPES = {"pcm_s16le": "<i2", "pcm_f32le": "<f4"}
 
 
 @dataclass(slots=True)
@@ -74,7 +73,8 @@ def match_audio(items: Sequence[Item], anchor: int, start: int, end: int,
 def _cut(chunks: Sequence[Item], start: int, end: int) -> AudioToken | None:
     first = chunks[0].token
     assert isinstance(first, AudioToken)
-    dtype = _PCM_DTYPES.get(first.encoding)
+    spec = PCM_FORMATS.get(first.encoding)
+    dtype = spec[0] if spec is not None else None
     same = all(isinstance(c.token, AudioToken) and c.token.encoding == first.encoding
                and c.token.sample_rate == first.sample_rate
                and c.token.channels == first.channels for c in chunks)
