@@ -38,7 +38,6 @@ class Outbox:
         self._app = app
         self.stage = stage
         self._failure: BaseException | None = None
-        self.in_flight = 0
 
     def raise_if_failed(self) -> None:
         """Raise the first produce failure, if any (called from the agent loop)."""
@@ -62,10 +61,8 @@ class Outbox:
         events = list(ack)
         future = cast(asyncio.Future[Any], await self._app.producer.send(
             topic, key, encode(record), None, None, None))
-        self.in_flight += 1
 
         def delivered(fut: asyncio.Future[Any]) -> None:
-            self.in_flight -= 1
             if fut.cancelled() or fut.exception() is not None:
                 error = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
                 if self._failure is None:

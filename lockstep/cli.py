@@ -100,7 +100,7 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     start more of them to scale a role. Exits 1 if a role crashes (its unacknowledged
     records are then replayed by the next process of the group).
     """
-    from lockstep.runner import parse_roles, prepare_topics, start_roles
+    from lockstep.runner import parse_roles, prepare_topics, routed_pools, start_roles
     from streams.telemetry import Telemetry
 
     pools = [p.strip() for p in (pool or "").split(",") if p.strip()]
@@ -110,7 +110,7 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     role_list = parse_roles(roles)
     settings.kafka.require_bootstrap()
     if not pools and "route" in role_list:
-        pools = list(dict.fromkeys(settings.route.pools.values()))  # a whole pipeline here
+        pools = routed_pools(settings)  # a whole pipeline here
 
     async def main() -> None:
         telemetry = Telemetry(settings.slo.stage_p99_ms / 1000.0)

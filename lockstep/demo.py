@@ -18,7 +18,7 @@ from typing import Any
 
 from lockstep.observer import Observer
 from lockstep.publisher import PublishReport, publish_synthetic
-from lockstep.runner import prepare_topics, start_roles
+from lockstep.runner import prepare_topics, routed_pools, start_roles
 from streams.app import ROLES
 from streams.broker import EmbeddedBroker
 from streams.settings import Settings
@@ -77,15 +77,14 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
     stream_ids = [f"{prefix}cam{i}" for i in range(options.streams)]
     observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
     await observer.start()
-    pools = list(dict.fromkeys(settings.route.pools.values()))
-    roles = await start_roles(settings, ROLES, telemetry, worker_pools=pools)
+    roles = await start_roles(settings, ROLES, telemetry, worker_pools=routed_pools(settings))
     try:
         await roles.wait_assigned(timeout_s=30.0)
         published = await publish_synthetic(
             settings.kafka, stream_ids, options.seconds, telemetry,
             configs=scenario_configs(options.scenario, stream_ids),
             inject_bad=options.inject_bad)
-        drained = await _drain(observer, published, options.drain_s)
+        drained = await drain(observer, published, options.drain_s)
     finally:
         await roles.stop()
         await observer.stop()
@@ -93,7 +92,7 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
                    embedded=embedded, metrics_port=metrics_port)
 
 
-async def _drain(observer: Observer, published: PublishReport, timeout_s: float) -> bool:
+async def drain(observer: Observer, published: PublishReport, timeout_s: float) -> bool:
     """Wait until the ledger closes: every token settled, every window answered."""
     deadline = time.monotonic() + timeout_s
     ledger = observer.ledger

@@ -37,6 +37,11 @@ def parse_roles(text: str | Sequence[str]) -> list[str]:
     return [r for r in ROLES if r in names]
 
 
+def routed_pools(settings: Settings) -> list[str]:
+    """Every pool a route sends to, in configuration order."""
+    return list(dict.fromkeys(settings.route.pools.values()))
+
+
 async def prepare_topics(settings: Settings, *, create: bool, wait_s: float = 30.0) -> None:
     """Create (if asked) and verify the topic catalog, including this process's pools.
 
@@ -46,7 +51,7 @@ async def prepare_topics(settings: Settings, *, create: bool, wait_s: float = 30
         BrokerError: The cluster did not answer in time.
         TopicMismatchError: A topic is missing or mis-partitioned.
     """
-    pools = tuple(dict.fromkeys((*settings.topics.pools, *settings.route.pools.values(),
+    pools = tuple(dict.fromkeys((*settings.topics.pools, *routed_pools(settings),
                                  settings.worker.pool)))
     topics = settings.topics.model_copy(update={"pools": pools})
     specs = catalog(topics, settings.kafka.max_record_bytes)

@@ -229,9 +229,6 @@ class Aligner:
 
     # -- planning and emission ---------------------------------------------------------
 
-    def _stride_for(self, st: Stream) -> int:
-        return self.stride if self.settings.allow_downsampling else 1
-
     def _plan(self, st: Stream, now_us: int) -> _Plan | None:
         """The next window of a stream: its bounds and anchor, from what is buffered."""
         earliest = st.earliest_start()
@@ -241,7 +238,7 @@ class Aligner:
         else:
             start = st.closed_end
         video = st.buf[Modality.VIDEO]
-        stride = self._stride_for(st)
+        stride = self.stride if self.settings.allow_downsampling else 1
         last = st.last_anchor_seq if st.last_anchor_seq is not None else -1
         # A frame anchors at most one window: frames at or below the last anchor's seq
         # (reordered stragglers) are only members.

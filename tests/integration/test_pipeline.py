@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from lockstep.demo import _drain
+from lockstep.demo import drain
 from lockstep.observer import Observer
 from lockstep.publisher import publish_synthetic
 from lockstep.runner import prepare_topics, start_roles
@@ -25,6 +28,33 @@ from topics.schemas import Modality
 pytestmark = pytest.mark.integration
 
 
+@dataclass
+class Pipeline:
+    """Every role running in this process, and an observer of its output."""
+
+    settings: Settings
+    prefix: str
+    observer: Observer
+    telemetry: Telemetry
+
+
+@asynccontextmanager
+async def _pipeline(bootstrap: str, tag: str) -> AsyncIterator[Pipeline]:
+    settings = _settings(bootstrap)
+    await prepare_topics(settings, create=True)
+    prefix = f"{tag}-{secrets.token_hex(3)}-"
+    observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
+    await observer.start()
+    telemetry = Telemetry()
+    roles = await start_roles(settings, ROLES, telemetry, worker_pools=["vl", "text"])
+    try:
+        assert await roles.wait_assigned()
+        yield Pipeline(settings, prefix, observer, telemetry)
+    finally:
+        await roles.stop()
+        await observer.stop()
+
+
 def _settings(bootstrap: str) -> Settings:
     return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
                                 "fetch_max_wait_ms": 10},
@@ -32,15 +62,8 @@ def _settings(bootstrap: str) -> Settings:
 
 
 async def test_every_token_is_settled_and_every_window_answered(any_broker: str) -> None:
-    settings = _settings(any_broker)
-    await prepare_topics(settings, create=True)
-    prefix = f"it-{secrets.token_hex(3)}-"
-    observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
-    await observer.start()
-    telemetry = Telemetry()
-    roles = await start_roles(settings, ROLES, telemetry, worker_pools=["vl", "text"])
-    try:
-        assert await roles.wait_assigned()
+    async with _pipeline(any_broker, "it") as p:
+        settings, prefix, observer, telemetry = p.settings, p.prefix, p.observer, p.telemetry
         published = await publish_synthetic(settings.kafka, [f"{prefix}a", f"{prefix}b"], 2.5,
                                             telemetry, inject_bad=2)
         # a record of the wrong kind on a media topic must be dead-lettered too
@@ -54,10 +77,7 @@ async def test_every_token_is_settled_and_every_window_answered(any_broker: str)
                                    key=f"{prefix}other".encode()))
         await producer.stop()
         published.bad_records += 2
-        assert await _drain(observer, published, timeout_s=30.0), "ledger did not close"
-    finally:
-        await roles.stop()
-        await observer.stop()
+        assert await drain(observer, published, timeout_s=30.0), "ledger did not close"
 
     ledger = observer.ledger
     assert ledger.unaccounted(published.keys) == set()
@@ -85,25 +105,15 @@ async def test_every_token_is_settled_and_every_window_answered(any_broker: str)
 
 async def test_withheld_video_and_confident_speech_take_the_partial_and_early_exit_routes(
         apache_kafka: str) -> None:
-    settings = _settings(apache_kafka)
-    await prepare_topics(settings, create=True)
-    prefix = f"rt-{secrets.token_hex(3)}-"
-    blind, speaker, normal = f"{prefix}blind", f"{prefix}speaker", f"{prefix}normal"
-    observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
-    await observer.start()
-    telemetry = Telemetry()
-    roles = await start_roles(settings, ROLES, telemetry, worker_pools=["vl", "text"])
-    try:
-        assert await roles.wait_assigned()
+    async with _pipeline(apache_kafka, "rt") as p:
+        settings, prefix, observer, telemetry = p.settings, p.prefix, p.observer, p.telemetry
+        blind, speaker, normal = f"{prefix}blind", f"{prefix}speaker", f"{prefix}normal"
         published = await publish_synthetic(
             settings.kafka, [blind, speaker, normal], 2.5, telemetry, configs={
                 blind: SyntheticConfig(withheld=frozenset({Modality.VIDEO})),
                 speaker: SyntheticConfig(asr_text="please call the doctor",
                                          asr_confidence=0.97)})
-        assert await _drain(observer, published, timeout_s=30.0), "ledger did not close"
-    finally:
-        await roles.stop()
-        await observer.stop()
+        assert await drain(observer, published, timeout_s=30.0), "ledger did not close"
 
     by_stream: dict[str, Counter[tuple[str, str, str]]] = {}
     for (sid, _), r in observer.ledger.responses.items():
