@@ -9,6 +9,7 @@ token whose window was not yet written. A timer emits windows whose deadline pas
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, cast
 
 import faust
@@ -40,6 +41,10 @@ class AlignTask:
             and slo.classes[slo.default_class].drop_frames)
         self.risk_budget_us = slo.budget_ms(slo.default_class) * 1000 * (
             settings.align.budget_share)
+        #: Whether an SLO class is in degraded mode (set from slo.events by the runner);
+        #: degraded, windows are sampled down to one per ``slo.breach.degraded_stride`` frames.
+        self.degraded: Callable[[str], bool] = lambda slo_class: False
+        self.degraded_stride = slo.breach.degraded_stride
         self._reported_us = 0
         self.outbox = Outbox(app, STAGE)
         self.telemetry = telemetry
@@ -107,7 +112,8 @@ class AlignTask:
     def backlog(self) -> int:
         """Records between what this task read and the log end, worst media partition.
 
-        Also exported as ``lockstep_consumer_lag`` per topic.
+        Read positions, not committed offsets: ``lockstep_consumer_lag`` (agents.lag) is
+        the committed lag.
         """
         consumer = self.app.consumer
         per_topic: dict[str, int] = {}
@@ -127,8 +133,6 @@ class AlignTask:
                 continue
             behind = max(0, end - (read + 1))
             per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
-        for topic, behind in per_topic.items():
-            self.telemetry.consumer_lag.labels(topic, self.app.conf.id).set(behind)
         self.aligner.backlogged = frozenset(
             catalog.MODALITY_OF_TOPIC[t] for t, behind in per_topic.items() if behind > 0)
         return max(per_topic.values(), default=0)
@@ -166,6 +170,7 @@ class AlignTask:
             held = timeline.aligned_us - timeline.ingest_us
             self.telemetry.stage(STAGE, held / 1e6, slo_class=window.slo_class)
             spent = timeline.aligned_us - timeline.capture_us
+            self.rate.floor = self.degraded_stride if self.degraded(window.slo_class) else 1
             self.aligner.stride = self.rate.observe(spent / self.risk_budget_us)
             await self.outbox.send(catalog.ALIGNED, window.stream_id.encode(), window,
                                    ack=events)

@@ -6,6 +6,7 @@ the window's event is acknowledged when the request is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import faust
@@ -33,6 +34,8 @@ class RouteTask:
         self.max_bytes = settings.kafka.max_record_bytes
         self._p99_us = 0.0
         self._p99_at_us = 0
+        #: Whether an SLO class is in degraded mode (set from slo.events by the runner).
+        self.degraded: Callable[[str], bool] = lambda slo_class: False
 
     async def on_event(self, event: EventT[bytes]) -> None:
         """Route one window."""
@@ -47,7 +50,8 @@ class RouteTask:
         if contradiction is not None:
             await self.outbox.dead_letter(event, BadInput(f"contradictory window: {contradiction}"))
             return
-        routed = self.router.route(window, received, self._downstream_p99_us(received))
+        routed = self.router.route(window, received, self._downstream_p99_us(received),
+                                   degraded=self.degraded(window.slo_class))
         self.telemetry.windows.labels(routed.route).inc()
         if routed.request is not None and routed.request.token_drop is not None:
             self.telemetry.token_drop.labels(routed.route).observe(

@@ -1,135 +1,204 @@
 """The ``worker`` agent: requests.<pool> → responses (or the request's reply topic).
 
-Collects batches with ``max_batch`` / ``max_wait``, runs them through
-:class:`~engines.worker.Worker`, produces the responses and waits for the broker to
-acknowledge them before the batch's events are acknowledged (``take_events`` acks after
-the body returns).
+Decodes each request and admits it into the pool's :class:`~engines.dispatcher.Dispatcher`
+(deadline- and priority-aware batching, see :mod:`engines.scheduler`). When the admission
+queue is full it pauses the topic's partitions until the queue has drained to half, so
+memory stays bounded whatever the backlog. Events are acknowledged by hand (the stream is
+``noack``): only once the response, or the dead-letter record of a request the engine
+could not process, has been acknowledged by the broker. A request shed because it can no
+longer meet its deadline is answered with status ``expired``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from typing import Any, cast
+import time
+from collections.abc import AsyncIterable
+from typing import cast
 
 import faust
 from faust.types import EventT, StreamT
 
 from agents.outbox import Outbox, wall_us
+from engines.base import Engine, ItemFailure, WorkItem, probe_request
+from engines.dispatcher import Dispatcher, Outcome
+from engines.latency import LatencyModel, LatencyPrior
 from engines.registry import create_engine
-from engines.worker import Worker
-from lockstep.errors import BadInput, EngineError
+from engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
+from engines.worker import build_response
+from lockstep.errors import BadInput
 from streams.settings import Settings
 from streams.telemetry import Telemetry
+from streams.worker_settings import WorkerSettings
 from topics import catalog
 from topics.codec import decode_as
 from topics.schemas import Request, Response
 
 log = logging.getLogger(__name__)
 STAGE = "worker"
+Event = EventT[bytes]
+
+
+def scheduler_config(settings: WorkerSettings, max_batch: int) -> SchedulerConfig:
+    """The batching policy's knobs from the worker settings (``max_batch`` capped by the engine)."""
+    return SchedulerConfig(
+        max_batch=max_batch, max_queue=settings.max_queue,
+        max_queue_delay_us=int(settings.max_wait_ms * 1000),
+        margin_us=int(settings.margin_ms * 1000),
+        priority_lead_us=int(settings.priority_lead_ms * 1000),
+        full_tokens=settings.max_new_tokens, token_fractions=settings.degrade_fractions,
+        degrade=settings.degrade, shed=settings.shed)
 
 
 class WorkerTask:
     """State of one pool's worker role in one process."""
 
     def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
-        self.pool = settings.worker.pool
-        self.engine = create_engine(settings.worker, telemetry)
-        self.worker = Worker(self.engine, telemetry, self.pool, wall_us)
-        self.outbox = Outbox(app, STAGE)
-        self.telemetry = telemetry
+        ws = settings.worker
+        self.pool = ws.pool
+        self.app = app
+        self.topic = catalog.requests_topic(self.pool)
+        self.engine = create_engine(ws, telemetry)
         self.settings = settings
+        self.telemetry = telemetry
+        self.outbox = Outbox(app, STAGE)
         self.max_bytes = settings.kafka.max_record_bytes
+        self.config = scheduler_config(ws, ws.max_batch)
+        self.dispatcher: Dispatcher[Event] | None = None
 
     async def start(self) -> None:
-        """Load the engine."""
+        """Load the engine, time it, and build the dispatcher around its capabilities."""
         await self.engine.start()
+        ws = self.settings.worker
+        caps = self.engine.capabilities
+        self.config = scheduler_config(ws, min(ws.max_batch, caps.max_batch))
+        latency = LatencyModel(LatencyPrior(), token_fractions=ws.degrade_fractions)
+        if ws.warmup:
+            await warm_up(self.engine, latency, self.config)
+        policy: BatchPolicy[Event] = make_policy(ws.policy, self.config, latency)
+        inflight = ws.max_inflight if caps.inflight_batching else 1
+        self.dispatcher = Dispatcher(self.engine, policy, wall_us, self._deliver,
+                                     telemetry=self.telemetry, pool=self.pool,
+                                     max_inflight=inflight)
 
     async def close(self) -> None:
         """Release the engine."""
         await self.engine.close()
 
-    async def on_batch(self, events: Sequence[EventT[bytes]]) -> None:
-        """Infer one batch and produce its responses; return once all are acknowledged."""
-        self.outbox.raise_if_failed()
-        futures: list[asyncio.Future[Any]] = []
-        requests: list[Request] = []
-        events_of: dict[int, EventT[bytes]] = {}
-        for event in events:
+    async def serve(self, events: AsyncIterable[Event]) -> None:
+        """Admit events until the stream ends; raise if dispatching or producing fails."""
+        assert self.dispatcher is not None, "start() first"
+        dispatching = asyncio.ensure_future(self.dispatcher.run())
+        intake = asyncio.ensure_future(self._intake(events))
+        try:
+            done, _ = await asyncio.wait({dispatching, intake},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in (dispatching, intake):
+                task.cancel()
+
+    async def _intake(self, events: AsyncIterable[Event]) -> None:
+        assert self.dispatcher is not None
+        async for event in events:
+            self.outbox.raise_if_failed()
             try:
                 request = decode_as(Request, event.value, max_bytes=self.max_bytes)
             except BadInput as error:
-                futures.append(await self.outbox.dead_letter(event, error))
+                await self.outbox.dead_letter(event, error)
                 continue
-            events_of[id(request)] = event
-            requests.append(request)
-        self.telemetry.queue_depth.labels(self.pool).set(len(requests))
+            if self.dispatcher.full:
+                await self._backpressure()
+            self.dispatcher.admit(event, request)
+
+    async def _backpressure(self) -> None:
+        """Pause this pool's partitions until the queue has drained to half its bound."""
+        assert self.dispatcher is not None
+        consumer = self.app.consumer
+        paused = [tp for tp in consumer.assignment() if tp.topic == self.topic]
+        consumer.pause_partitions(paused)
+        log.info("admission queue full, paused %d partitions", len(paused),
+                 extra={"stage": STAGE, "pool": self.pool, "topic": self.topic})
         try:
-            answered = list(zip(requests, await self.worker.process(requests), strict=True))
-        except EngineError as error:
-            if error.retriable:
-                raise  # the whole batch is replayed after the restart
-            log.warning("engine failed on a batch of %d, retrying one by one: %s",
-                        len(requests), error, extra={"stage": STAGE, "pool": self.pool})
-            answered = await self._one_by_one(requests, events_of, futures)
-        for request, response in answered:
-            futures.append(await self._respond(request, response))
-        self.telemetry.queue_depth.labels(self.pool).set(0)
-        await asyncio.gather(*futures)
+            await self.dispatcher.wait_space()
+        finally:
+            consumer.resume_partitions(paused)
 
-    async def _one_by_one(self, requests: Sequence[Request],
-                          events_of: dict[int, EventT[bytes]],
-                          futures: list[asyncio.Future[Any]]) -> list[tuple[Request, Response]]:
-        """Infer requests singly; one the engine cannot handle alone is dead-lettered.
-
-        Without this, a request that breaks the engine would crash every worker that
-        replays it (a poison pill).
-        """
-        answered = []
-        for request in requests:
-            try:
-                [response] = await self.worker.process([request])
-            except EngineError as error:
-                if error.retriable:
-                    raise
-                futures.append(await self.outbox.dead_letter(
-                    events_of[id(request)], BadInput(f"engine failed on this request: {error}")))
+    async def _deliver(self, outcomes: list[Outcome[Event]]) -> None:
+        for outcome in outcomes:
+            if isinstance(outcome.result, ItemFailure):
+                await self.outbox.dead_letter(outcome.handle, BadInput(
+                    f"engine {self.engine.name} failed on this request: "
+                    f"{outcome.result.reason}"))
                 continue
-            answered.append((request, response))
-        return answered
+            response = build_response(outcome, self.engine.name)
+            await self._respond(outcome.request, response, outcome.handle)
 
-    async def _respond(self, request: Request, response: Response) -> asyncio.Future[Any]:
+    async def _respond(self, request: Request, response: Response, event: Event) -> None:
         sent = wall_us()
         response = response.model_copy(
             update={"timeline": response.timeline.model_copy(update={"responded_us": sent})})
         budget_s = self.settings.slo.budget_ms(response.slo_class) / 1000.0
+        expired = response.status == "expired"
 
         def delivered() -> None:
             acked = wall_us()
             self.telemetry.stage("respond", (acked - sent) / 1e6, route=response.route,
                                  pool=self.pool, slo_class=response.slo_class)
-            self.telemetry.e2e((acked - response.timeline.capture_us) / 1e6,
-                               route=response.route, slo_class=response.slo_class,
-                               budget_s=budget_s)
+            if expired:
+                self.telemetry.expired(slo_class=response.slo_class)
+            else:
+                self.telemetry.e2e((acked - response.timeline.capture_us) / 1e6,
+                                   route=response.route, slo_class=response.slo_class,
+                                   budget_s=budget_s)
 
-        return await self.outbox.send(request.reply_topic or catalog.RESPONSES,
-                                      response.stream_id.encode(), response,
-                                      on_delivered=delivered)
+        await self.outbox.send(request.reply_topic or catalog.RESPONSES,
+                               response.stream_id.encode(), response, ack=[event],
+                               on_delivered=delivered)
+
+
+async def warm_up(engine: Engine, latency: LatencyModel, config: SchedulerConfig,
+                  rounds: int = 3) -> None:
+    """Time the engine on batches of 1, 2, 4 … ``max_batch`` at each degradation level.
+
+    The timings seed the latency model; they are kept out of the ``infer`` metrics.
+    """
+    sizes = sorted({min(2**k, config.max_batch) for k in range(13)
+                    if 2**k <= 2 * config.max_batch})
+    request = probe_request()
+    # A cold or contended machine may be slow at first: warming up must not crash the role.
+    telemetry, engine.telemetry = engine.telemetry, None
+    timeout_s, engine.timeout_s = engine.timeout_s, max(engine.timeout_s, 60.0)
+    try:
+        await _time_sizes(engine, latency, config, request, sizes, rounds)
+    finally:
+        engine.telemetry, engine.timeout_s = telemetry, timeout_s
+
+
+async def _time_sizes(engine: Engine, latency: LatencyModel, config: SchedulerConfig,
+                      request: Request, sizes: list[int], rounds: int) -> None:
+    levels = range(len(config.token_fractions)) if config.degrade else range(1)
+    for level in levels:
+        tokens = config.tokens_at(level)
+        for size in sizes:
+            items = [WorkItem(request, max_new_tokens=tokens, reduce_vision=level > 0,
+                              level=level)] * size
+            await engine.infer(items)  # the first call of a shape allocates; not timed
+            for _ in range(rounds):
+                begin = time.perf_counter()
+                await engine.infer(items)
+                latency.observe(size, int((time.perf_counter() - begin) * 1e6), level)
 
 
 def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> WorkerTask:
     """Register the worker agent of ``settings.worker.pool`` on ``app``."""
     task = WorkerTask(app, settings, telemetry)
-    requests = app.topic(catalog.requests_topic(task.pool), key_serializer="raw",
-                         value_serializer="raw")
-    max_wait_s = settings.worker.max_wait_ms / 1000.0
+    requests = app.topic(task.topic, key_serializer="raw", value_serializer="raw")
 
     @app.agent(requests, name=f"lockstep.worker.{task.pool}")
     async def worker(stream: StreamT[bytes]) -> None:
-        batches = cast(faust.Stream[bytes], stream).take_events(
-            settings.worker.max_batch, within=max_wait_s)
-        async for events in batches:
-            await task.on_batch(events)
+        await task.serve(cast(faust.Stream[bytes], stream).noack().events())
 
     return task

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engines.base import Engine, InferenceResult
+from engines.base import Capabilities, Engine, InferenceResult, ItemResult, WorkItem
 from topics.media import pcm, pixels
-from topics.schemas import AudioToken, Request, VideoToken, Window
+from topics.schemas import AudioToken, VideoToken, Window
 
 
 class ReferenceEngine(Engine):
@@ -22,9 +22,18 @@ class ReferenceEngine(Engine):
 
     name = "reference"
 
-    async def _infer(self, batch: Sequence[Request]) -> list[InferenceResult]:
+    def __init__(self, *, max_batch: int = 64, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._max_batch = max_batch
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Any batch size up to ``max_batch``; no generation, so nothing to degrade."""
+        return Capabilities(max_batch=self._max_batch)
+
+    async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
         # The work is a few FFTs and means per window; a thread keeps the loop responsive.
-        return await asyncio.to_thread(lambda: [describe(r.window) for r in batch])
+        return await asyncio.to_thread(lambda: [describe(i.request.window) for i in batch])
 
 
 def describe(window: Window) -> InferenceResult:

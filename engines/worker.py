@@ -1,55 +1,42 @@
-"""The inference worker of one pool (the ``queue`` → ``infer`` stages).
+"""Turning a request's outcome into its response (the end of the ``infer`` stage).
 
-Takes a batch of requests (the agent collects it with ``max_batch`` / ``max_wait``), runs
-the engine once on it and turns the results into responses carrying the stage timeline.
-The clock is passed in, so the worker is tested without Kafka or real time.
+Pure: the outcome carries the stage times the dispatcher measured, so responses are built
+and tested without Kafka or a clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from typing import Any
 
-from engines.base import Engine
-from streams.telemetry import Telemetry
-from topics.schemas import Request, Response
+from engines.base import InferenceResult
+from engines.dispatcher import Outcome
+from topics.schemas import Response
 
 
-class Worker:
-    """Runs batches of requests through an engine."""
+def build_response(outcome: Outcome[Any], engine: str) -> Response:
+    """The response to an answered or expired request.
 
-    def __init__(self, engine: Engine, telemetry: Telemetry, pool: str,
-                 clock_us: Callable[[], int]) -> None:
-        self.engine = engine
-        self.telemetry = telemetry
-        self.pool = pool
-        self._clock_us = clock_us
-
-    async def process(self, batch: Sequence[Request]) -> list[Response]:
-        """Infer one batch and build one response per request, in order.
-
-        Raises:
-            EngineError: The engine failed on the batch (the caller decides to retry
-                or dead-letter it).
-        """
-        if not batch:
-            return []
-        dequeued = self._clock_us()
-        self.telemetry.batch_size.labels(self.pool).observe(len(batch))
-        for request in batch:
-            queued = dequeued - request.window.timeline.routed_us
-            self.telemetry.stage("queue", queued / 1e6, route=request.route, pool=self.pool,
-                                 slo_class=request.window.slo_class)
-        results = await self.engine.infer(batch)
-        inferred = self._clock_us()
-        responses = []
-        for request, result in zip(batch, results, strict=True):
-            window = request.window
-            timeline = window.timeline.model_copy(
-                update={"dequeued_us": dequeued, "inferred_us": inferred})
-            responses.append(Response(
-                stream_id=window.stream_id, window_seq=window.window_seq, route=request.route,
-                pool=request.pool, engine=self.engine.name, slo_class=window.slo_class,
-                output=result.output, scores=result.scores, missing=window.missing,
-                deadline_us=request.deadline_us, timeline=timeline, reason=request.reason,
-            ))
-        return responses
+    Raises:
+        ValueError: The outcome is a failure (those are dead-lettered, not answered).
+    """
+    request = outcome.request
+    window = request.window
+    timeline = window.timeline.model_copy(
+        update={"dequeued_us": outcome.dequeued_us, "inferred_us": outcome.inferred_us})
+    common: dict[str, Any] = dict(
+        stream_id=window.stream_id, window_seq=window.window_seq, route=request.route,
+        pool=request.pool, engine=engine, slo_class=window.slo_class, missing=window.missing,
+        deadline_us=request.deadline_us, timeline=timeline)
+    result = outcome.result
+    if result is None:
+        late_ms = (outcome.dequeued_us - request.deadline_us) / 1000.0
+        detail = ("deadline passed" if late_ms >= 0 else
+                  f"cannot finish within the {-late_ms:.1f} ms left before the deadline")
+        return Response(**common, output="", scores={}, status="expired",
+                        reason=request.reason, detail=detail)
+    if not isinstance(result, InferenceResult):
+        raise ValueError(f"a failed item has no response: {result.reason}")
+    item = outcome.item
+    return Response(**common, output=result.output, scores=result.scores,
+                    reason=request.reason, degraded=item.level if item else 0,
+                    max_new_tokens=item.max_new_tokens if item else 0)

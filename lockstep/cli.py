@@ -59,10 +59,12 @@ def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
               help="partial: the first stream withholds its video, the second speaks a "
                    "confident request (ASR 0.97), the rest are normal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--report", "html_report", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the HTML SLA report (lockstep report) to this file.")
 @click.pass_context
 def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float,
          inject_bad: int, drain: float, metrics_port: int, scenario: str,
-         as_json: bool) -> None:
+         as_json: bool, html_report: Path | None) -> None:
     """Run every role in one process on synthetic streams and print the SLA report.
 
     Without --bootstrap (and LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS) it starts the embedded
@@ -74,16 +76,19 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap), metrics={"port": metrics_port})
     options = DemoOptions(streams=streams, seconds=seconds, inject_bad=inject_bad,
-                          drain_s=drain, scenario=scenario)
+                          drain_s=drain, scenario=scenario, html_report=html_report)
     report = run_async(run_demo(settings, options))
     click.echo(json.dumps(report, indent=2) if as_json else render_demo(report))
+    if html_report is not None:
+        click.echo(f"report written to {html_report}", err=True)
     sys.exit(0 if report["ok"] else 1)
 
 
 @cli.command()
 @bootstrap_option
 @click.option("--roles", required=True, metavar="ROLES",
-              help="Comma-separated roles: align, route, worker (or all).")
+              help="Comma-separated roles: align, route, worker (or all); worker:POOL runs "
+                   "the worker of one pool (worker:vl,worker:text for two).")
 @click.option("--pool", default=None, metavar="POOL[,POOL]",
               help="Engine pool(s) of the worker role (default: LOCKSTEP_WORKER__POOL, or "
                    "every routed pool when route runs in the same process).")
@@ -100,10 +105,11 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     start more of them to scale a role. Exits 1 if a role crashes (its unacknowledged
     records are then replayed by the next process of the group).
     """
-    from lockstep.runner import parse_roles, prepare_topics, routed_pools, start_roles
+    from lockstep.runner import parse_roles, pools_in, prepare_topics, routed_pools, start_roles
     from streams.telemetry import Telemetry
 
-    pools = [p.strip() for p in (pool or "").split(",") if p.strip()]
+    pools = list(dict.fromkeys(
+        [*pools_in(roles), *(p.strip() for p in (pool or "").split(",") if p.strip())]))
     settings = settings_for(
         ctx, kafka=kafka_overrides(bootstrap), worker={"pool": pools[0]} if pools else {},
         metrics={"port": metrics_port} if metrics_port is not None else {})
@@ -218,6 +224,58 @@ def broker(port: int | None, host: str) -> None:
             await asyncio.to_thread(embedded.stop)
 
     run_async(main())
+
+
+@cli.command()
+@click.option("--url", "urls", multiple=True, metavar="URL",
+              help="A role's /metrics URL (repeat for several; default: "
+                   "http://127.0.0.1:<LOCKSTEP_METRICS__PORT>/metrics).")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.2, 600),
+              help="Seconds between refreshes.")
+@click.option("--once", is_flag=True, help="Print the totals since start once and exit.")
+@click.pass_context
+def top(ctx: click.Context, urls: tuple[str, ...], interval: float, once: bool) -> None:
+    """Live view of per-stage P50/P99 against budget, SLO attainment, lag and routes.
+
+    Reads the roles' /metrics; each refresh shows what happened since the previous one.
+    Exits 1 with --once when no URL answered.
+    """
+    from lockstep.top import run_top
+
+    settings = settings_for(ctx)
+    urls = urls or (f"http://127.0.0.1:{settings.metrics.port}/metrics",)
+    try:
+        sys.exit(run_top(urls, settings.slo, interval_s=interval, once=once))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+@cli.command()
+@click.argument("metrics", nargs=-1, type=click.Path(exists=True, dir_okay=False,
+                                                      path_type=Path))
+@click.option("--url", "urls", multiple=True, metavar="URL",
+              help="Scrape a role's /metrics URL now (repeatable).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("lockstep-report.html"), show_default=True, help="HTML file to write.")
+@click.pass_context
+def report(ctx: click.Context, metrics: tuple[Path, ...], urls: tuple[str, ...],
+           output: Path) -> None:
+    """Write a single-file HTML SLA report from saved /metrics scrapes or live URLs.
+
+    Latency distributions per stage as plots, SLO attainment per class, routes, the token
+    ledger and consumer lag. Metrics of several roles are merged.
+    """
+    from lockstep.errors import ConfigError
+    from lockstep.htmlreport import write_report
+    from lockstep.metrics_view import fetch
+
+    if not metrics and not urls:
+        raise ConfigError("give saved /metrics files or --url URL")
+    settings = settings_for(ctx)
+    texts = [p.read_text(encoding="utf-8") for p in metrics] + [fetch(u) for u in urls]
+    sources = ", ".join([*(p.name for p in metrics), *urls])
+    write_report(output, texts, settings.slo, meta={"metrics": sources})
+    click.echo(f"wrote {output}")
 
 
 cli.add_command(publish)

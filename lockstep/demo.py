@@ -14,8 +14,12 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from prometheus_client import generate_latest
+
+from lockstep.htmlreport import write_report
 from lockstep.observer import Observer
 from lockstep.publisher import PublishReport, publish_synthetic
 from lockstep.runner import prepare_topics, routed_pools, start_roles
@@ -38,6 +42,8 @@ class DemoOptions:
     #: ``normal``; ``partial``: the first stream withholds its video and the second speaks
     #: a confident, clear request (ASR 0.97), to exercise the partial and early-exit routes.
     scenario: str = "normal"
+    #: Where to write the HTML SLA report (lockstep.htmlreport), if anywhere.
+    html_report: Path | None = None
 
 
 def scenario_configs(scenario: str, stream_ids: list[str]) -> dict[str, SyntheticConfig]:
@@ -88,8 +94,15 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
     finally:
         await roles.stop()
         await observer.stop()
-    return _report(settings, options, telemetry, observer, published, drained,
-                   embedded=embedded, metrics_port=metrics_port)
+    report = _report(settings, options, telemetry, observer, published, drained,
+                     embedded=embedded, metrics_port=metrics_port)
+    if options.html_report is not None:
+        write_report(options.html_report, [generate_latest(telemetry.registry).decode()],
+                     settings.slo, title="Lockstep demo: SLA report",
+                     meta={"broker": report["broker"], "streams": str(options.streams),
+                           "seconds": str(report["seconds"]), "scenario": options.scenario})
+        report["html_report"] = str(options.html_report)
+    return report
 
 
 async def drain(observer: Observer, published: PublishReport, timeout_s: float) -> bool:
@@ -137,6 +150,9 @@ def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, obse
         "reasons": dict(sorted(Counter(f"{r.route}:{r.reason}" for r in ledger.responses.values()
                                        ).items())),
         "responses": len(ledger.responses),
+        "responses_by_status": dict(sorted(Counter(
+            r.status for r in ledger.responses.values()).items())),
+        "engine": next(iter(ledger.responses.values())).engine if ledger.responses else None,
         "windows_without_response": len(ledger.unanswered()),
         "responses_per_stream": {sid: per_stream.get(sid, 0) for sid in sorted(
             {sid for sid, _ in ledger.windows} | set(per_stream))},
@@ -150,8 +166,8 @@ def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, obse
             "attainment": _round(telemetry.slo_attainment()),
             "stage_budget_ms": settings.slo.stage_p99_ms,
         },
-        "sample_output": next(iter(ledger.responses.values())).output
-        if ledger.responses else None,
+        "sample_output": next((r.output for r in ledger.responses.values()
+                               if r.status == "ok"), None),
         "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
     }
 

@@ -5,6 +5,7 @@
     LockstepError
     ├── ConfigError                 bad settings or arguments (not retriable)
     ├── RoleCrashed                 an agent failed and took its roles down (restart them)
+    ├── MediaError                  a media source or sidecar cannot be read (not retriable)
     ├── BadInput                    a record that cannot be processed; dead-lettered
     │   ├── DecodeError             not our wire format, wrong version, oversize, bad msgpack
     │   └── SchemaError             decoded, but violates the message contract
@@ -33,6 +34,10 @@ class RoleCrashed(LockstepError):
     """An agent failed; the process's roles stopped. A supervisor should restart them."""
 
     retriable = True
+
+
+class MediaError(LockstepError):
+    """A media source or sidecar cannot be opened, decoded or parsed; says what and where."""
 
 
 class BadInput(LockstepError):

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
+from typing import Any
 
 import click
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from lockstep.clikit import bootstrap_option, kafka_overrides, run_async, settings_for
-from lockstep.errors import BadInput
+from lockstep.errors import BadInput, ConfigError, MediaError
+from streams.settings import Settings
 from topics import catalog
 from topics.admin import admin_client, wait_for_partitions
 from topics.codec import decode_as
@@ -19,24 +22,85 @@ from topics.schemas import Response
 
 @click.command()
 @bootstrap_option
-@click.option("--synthetic", is_flag=True, required=True,
-              help="Publish generated streams (moving-pattern video, tone audio, OCR, IMU).")
-@click.option("--streams", default=1, show_default=True, type=click.IntRange(1, 256))
-@click.option("--seconds", default=10.0, show_default=True, type=click.FloatRange(0.1, 86400))
+@click.argument("sources", nargs=-1, metavar="[SOURCE]...")
+@click.option("--synthetic", is_flag=True,
+              help="Publish generated streams (moving-pattern video, tone audio, OCR, IMU) "
+                   "instead of SOURCEs.")
+@click.option("--stream", "stream_ids", multiple=True, metavar="ID",
+              help="Stream id: one per stream, or one for all (numbered ID-0, ID-1...).")
+@click.option("--streams", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="Streams per SOURCE (with --synthetic: how many synthetic streams).")
+@click.option("--seconds", default=None, type=click.FloatRange(0.1, 86400),
+              help="Stop after this much media time (--synthetic: wall time, default 10).")
 @click.option("--prefix", default="synthetic-", show_default=True,
-              help="Stream ids are PREFIX + cam<i>.")
+              help="--synthetic: stream ids are PREFIX + cam<i>.")
+@click.option("--realtime/--fast", default=True, show_default=True,
+              help="Pace tokens at their capture times, or publish as fast as possible.")
+@click.option("--anchor", default="wall", show_default=True, metavar="wall|file|TIME",
+              help="Capture time of the media's start: now, the file's creation_time, "
+                   "an ISO 8601 instant or µs since the epoch.")
+@click.option("--fps", type=click.FloatRange(0.1, 1000), default=None,
+              help="Target video rate (default: the source's).")
+@click.option("--width", type=click.IntRange(2, 16384), default=None, help="Frame width.")
+@click.option("--height", type=click.IntRange(2, 16384), default=None, help="Frame height.")
+@click.option("--format", "video_format", default="jpeg", show_default=True,
+              type=click.Choice(["jpeg", "png", "rgb24", "gray8"]), help="Frame encoding.")
+@click.option("--jpeg-quality", default=80, show_default=True, type=click.IntRange(1, 100))
+@click.option("--chunk-ms", default=20.0, show_default=True, type=click.FloatRange(20, 40),
+              help="Audio chunk length (16 kHz mono pcm_s16le).")
+@click.option("--video/--no-video", default=True, show_default=True)
+@click.option("--audio/--no-audio", default=True, show_default=True)
+@click.option("--sidecar-ocr", type=click.Path(dir_okay=False, path_type=Path),
+              help="OCR tokens from a JSONL file (docs/media.md).")
+@click.option("--sidecar-sensor", type=click.Path(dir_okay=False, path_type=Path),
+              help="Sensor tokens from a JSONL file (docs/media.md).")
+@click.option("--asr", is_flag=True, help="Speech recognition on the audio (extra: asr).")
+@click.option("--asr-grammar", type=click.Path(dir_okay=False, path_type=Path),
+              help="JSGF grammar that narrows the ASR vocabulary (implies --asr).")
+@click.option("--ocr", is_flag=True, help="OCR on sampled frames (extra: ocr).")
+@click.option("--ocr-every", default=1.0, show_default=True, type=click.FloatRange(0.01),
+              help="Seconds of media between OCR frames.")
+@click.option("--input-format", default=None, metavar="FMT",
+              help="FFmpeg input format for devices (v4l2, alsa, lavfi...).")
+@click.option("--compression", default="lz4", show_default=True,
+              type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]))
+@click.option("--idempotence/--no-idempotence", default=True, show_default=True,
+              help="Idempotent producer (turn off for brokers without idempotent producers).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress line on stderr (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
-def publish(ctx: click.Context, bootstrap: str | None, synthetic: bool, streams: int,
-            seconds: float, prefix: str) -> None:
-    """Publish media tokens to the media.* topics in real time.
+def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ...],
+            synthetic: bool, stream_ids: tuple[str, ...], streams: int, seconds: float | None,
+            prefix: str, **media: Any) -> None:
+    """Publish media to the media.* topics: files, URLs or devices that PyAV opens.
 
-    Prints one JSON line with what was published and the publish latency.
+    Video is sampled, resized and encoded (JPEG by default), audio resampled to 16 kHz
+    mono PCM chunks, with capture times from the container's PTS; OCR and sensor tokens
+    come from JSONL sidecars. Prints a summary; exits 1 if a stream did not complete or a
+    token was not delivered (the summary says what was sent before).
     """
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    if synthetic:
+        if sources:
+            raise ConfigError("give SOURCEs or --synthetic, not both")
+        _publish_synthetic(settings, streams, seconds or 10.0, prefix)
+        return
+    from lockstep.media.command import publish_media
+
+    report = publish_media(settings, sources, stream_ids, streams, seconds, **media)
+    if not report["ok"]:
+        incomplete = [sid for sid, s in report["streams"].items() if not s["complete"]]
+        raise MediaError(
+            f"publishing incomplete: streams {incomplete or 'none'} did not finish, "
+            f"{report['failed'] + report['undelivered']} tokens not delivered; "
+            f"{report['acked']} tokens were acknowledged before (see the summary)")
+
+
+def _publish_synthetic(settings: Settings, streams: int, seconds: float, prefix: str) -> None:
     from lockstep.publisher import publish_synthetic
     from streams.telemetry import Telemetry
 
-    del synthetic  # the only source so far; media files arrive with `publish FILE`
-    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
     telemetry = Telemetry()
     ids = [f"{prefix}cam{i}" for i in range(streams)]
     report = run_async(publish_synthetic(settings.kafka, ids, seconds, telemetry))
@@ -59,12 +123,21 @@ def publish(ctx: click.Context, bootstrap: str | None, synthetic: bool, streams:
               help="Stop after this many responses (0: no limit).")
 @click.option("--timeout", default=0.0, type=click.FloatRange(0),
               help="Stop after this many idle seconds (0: never).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--stream", "stream_ids", multiple=True, metavar="ID",
+              help="Only these streams (repeatable).")
+@click.option("--jsonl", "--json", "as_json", is_flag=True,
+              help="One JSON object per line (the response plus e2e_ms and received_ms).")
 @click.pass_context
 def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginning: bool,
-              max_records: int, timeout: float, as_json: bool) -> None:
-    """Print responses as they arrive, one per line."""
+              max_records: int, timeout: float, stream_ids: tuple[str, ...],
+              as_json: bool) -> None:
+    """Print responses as they arrive, one per line, with their end-to-end latency.
+
+    e2e is capture time of the window's newest token → response produced (the pipeline's
+    own figure); "received" is capture → this command reading it (includes the hop to here).
+    """
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    wanted = {sid.encode() for sid in stream_ids}
 
     async def main() -> int:
         admin = admin_client(settings.kafka.confluent_config())
@@ -84,6 +157,10 @@ def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginn
                 batches = await consumer.getmany(timeout_ms=200)
                 for records in batches.values():
                     for record in records:
+                        if wanted and record.key not in wanted:
+                            continue
+                        if max_records and count >= max_records:
+                            break
                         _echo(record.value, as_json)
                         count += 1
                 if batches:
@@ -100,14 +177,20 @@ def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginn
 
 
 def _echo(value: bytes | None, as_json: bool) -> None:
+    received_us = time.time_ns() // 1000
     try:
         response = decode_as(Response, value)
     except BadInput as error:
         click.echo(f"# undecodable record: {error.reason}", err=True)
         return
+    timeline = response.timeline
+    e2e_ms = (timeline.responded_us - timeline.capture_us) / 1000.0
+    received_ms = (received_us - timeline.capture_us) / 1000.0
     if as_json:
-        click.echo(response.model_dump_json(exclude={"scores"} if not response.scores else None))
+        record = response.model_dump(mode="json")
+        record.update(e2e_ms=round(e2e_ms, 3), received_ms=round(received_ms, 3))
+        click.echo(json.dumps(record))
         return
-    e2e_ms = (response.timeline.responded_us - response.timeline.capture_us) / 1000.0
-    click.echo(f"{response.stream_id} #{response.window_seq} [{response.route}] "
-               f"{e2e_ms:.1f} ms: {response.output}")
+    missing = f" missing {','.join(m.value for m in response.missing)}" if response.missing else ""
+    click.echo(f"{response.stream_id} #{response.window_seq} [{response.route}{missing}] "
+               f"e2e {e2e_ms:.1f} ms (received {received_ms:.1f} ms): {response.output}")

@@ -26,8 +26,10 @@ def render_demo(report: Mapping[str, Any]) -> str:
         f"routes: {routes}",
         "  reasons            " + (", ".join(f"{k} {n}" for k, n in report["reasons"].items())
                                    or "none"),
-        f"  responses          {report['responses']} "
-        f"({report['windows_without_response']} windows without a response)",
+        f"  responses          {report['responses']} ("
+        + ", ".join(f"{k} {n}" for k, n in report.get("responses_by_status", {}).items())
+        + f"; {report['windows_without_response']} windows without a response)"
+        + (f" from the {report['engine']} engine" if report.get("engine") else ""),
         "",
         f"  {'stage':<10} {'p50 ms':>9} {'p99 ms':>9} {'count':>8}",
     ]
@@ -42,7 +44,7 @@ def render_demo(report: Mapping[str, Any]) -> str:
            else "no responses"),
     ]
     if report.get("sample_output"):
-        lines.append(f"  sample response    {report['sample_output']}")
+        lines.append(f"  sample response    {report['sample_output'][:120]!r}")
     if report.get("metrics_url"):
         lines.append(f"  metrics            {report['metrics_url']} (while running)")
     lines.append("")

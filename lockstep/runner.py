@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 
 import faust
 
-from agents import align, route, worker
+from agents import align, route, slo, worker
+from agents.lag import LagExporter
 from lockstep.errors import BrokerError, ConfigError
 from streams.app import ROLES, create_app
 from streams.settings import Settings
 from streams.telemetry import Telemetry
 from topics.admin import admin_client, ensure_topics, verify_topics
-from topics.catalog import catalog
+from topics.catalog import ALIGNED, MEDIA, catalog, requests_topic
 
 log = logging.getLogger(__name__)
 
@@ -24,17 +25,36 @@ log = logging.getLogger(__name__)
 def parse_roles(text: str | Sequence[str]) -> list[str]:
     """Parse ``align,route,worker`` (or ``all``) into known roles, in pipeline order.
 
+    ``worker:POOL`` names the worker role of one pool (see :func:`pools_in`).
+
     Raises:
         ConfigError: An unknown role is named, or none.
     """
     names = text.split(",") if isinstance(text, str) else list(text)
-    names = [n.strip() for n in names if n.strip()]
+    names = [n.strip().split(":", 1)[0] for n in names if n.strip()]
     if "all" in names:
         return list(ROLES)
     unknown = sorted(set(names) - set(ROLES))
     if unknown or not names:
         raise ConfigError(f"unknown roles {unknown or names}; choose from {', '.join(ROLES)}")
     return [r for r in ROLES if r in names]
+
+
+def pools_in(text: str) -> list[str]:
+    """The pools named by ``worker:POOL`` entries of a roles list, in order.
+
+    Raises:
+        ConfigError: A ``worker:`` entry names no pool, or another role takes a pool.
+    """
+    pools = []
+    for entry in (e.strip() for e in text.split(",")):
+        role, sep, pool = entry.partition(":")
+        if not sep:
+            continue
+        if role != "worker" or not pool.strip():
+            raise ConfigError(f"{entry!r}: only the worker role takes a pool (worker:POOL)")
+        pools.append(pool.strip())
+    return list(dict.fromkeys(pools))
 
 
 def routed_pools(settings: Settings) -> list[str]:
@@ -80,6 +100,10 @@ class RoleSet:
     telemetry: Telemetry
     workers: list[worker.WorkerTask] = field(default_factory=list)
     aligners: list[align.AlignTask] = field(default_factory=list)
+    routers: list[route.RouteTask] = field(default_factory=list)
+    slo_task: slo.SloTask | None = None
+    listener: slo.SloListener | None = None
+    lag: LagExporter | None = None
 
     @property
     def crash_reason(self) -> BaseException | None:
@@ -109,6 +133,10 @@ class RoleSet:
     async def stop(self) -> None:
         """Stop consuming, flush the producer, release engines."""
         try:
+            if self.lag is not None:
+                await self.lag.stop()
+            if self.listener is not None:
+                await self.listener.stop()
             await self.app.stop()
         finally:
             for task in self.workers:
@@ -128,10 +156,11 @@ async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telem
     pools = list(worker_pools or [settings.worker.pool])
     app = create_app(settings, roles, pools)
     running = RoleSet(app, list(roles), telemetry)
+    running.slo_task = slo.register(app, settings, telemetry)
     if "align" in roles:
         running.aligners.append(align.register(app, settings, telemetry))
     if "route" in roles:
-        route.register(app, settings, telemetry)
+        running.routers.append(route.register(app, settings, telemetry))
     if "worker" in roles:
         for pool in pools:
             pool_settings = settings.model_copy(
@@ -139,6 +168,24 @@ async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telem
             running.workers.append(worker.register(app, pool_settings, telemetry))
     for task in running.workers:
         await task.start()
-    await app.start()
+    if running.aligners or running.routers:
+        # Where windows are made and routed, breach events switch classes to degraded mode.
+        running.listener = slo.SloListener(settings, telemetry)
+        await running.listener.start()
+        for aligner in running.aligners:
+            aligner.degraded = running.listener.degraded
+        for router in running.routers:
+            router.degraded = running.listener.degraded
+    try:
+        await app.start()
+    except BaseException:
+        if running.listener is not None:
+            await running.listener.stop()
+        raise
+    consumed = [*(MEDIA.values() if "align" in roles else ()),
+                *([ALIGNED] if "route" in roles else ()),
+                *(requests_topic(p) for p in (pools if "worker" in roles else ()))]
+    running.lag = LagExporter(settings.kafka, telemetry, app.conf.id, consumed)
+    running.lag.start()
     log.info("roles started", extra={"roles": ",".join(roles), "group": app.conf.id})
     return running

@@ -45,6 +45,7 @@ class RateController:
         high: Risk at or above which a window counts as over budget.
         low: Risk at or below which a window counts as recovered.
         enabled: False for SLO classes that must not drop frames.
+        floor: Smallest stride to return (raised while the SLO class is in degraded mode).
     """
 
     max_stride: int = 4
@@ -52,6 +53,7 @@ class RateController:
     high: float = 1.0
     low: float = 0.5
     enabled: bool = True
+    floor: int = 1
     stride: int = 1
     _over: int = 0
     _under: int = 0
@@ -70,4 +72,4 @@ class RateController:
             self.stride, self._over = min(self.max_stride, self.stride * 2), 0
         elif self._under >= self.hold and self.stride > 1:
             self.stride, self._under = max(1, self.stride // 2), 0
-        return self.stride
+        return max(self.stride, min(self.floor, self.max_stride))

@@ -20,6 +20,9 @@ route                 when                                            reason
 drop                  nothing trusted                                 ``nothing_usable``
 ====================  ==============================================  =====================
 
+While the window's SLO class is in degraded mode (:mod:`streams.slo`), a window that would
+go ``full`` takes ``slo.breach.degraded_route`` (``text_only``) with reason ``slo_degraded``.
+
 Each route maps to a pool (``route.pools``); priority is ``a·S + (1 - a)·R``
 (:mod:`streams.priority`) and the deadline is capture time plus the class's budget.
 """
@@ -86,13 +89,16 @@ class Router:
         return {"video": vision, "audio": audio, "ocr": ocr, "sensor": sensor,
                 "asr": asr, "text": text, "gate": gate}
 
-    def route(self, window: Window, now_us: int, downstream_p99_us: float = 0.0) -> Routed:
+    def route(self, window: Window, now_us: int, downstream_p99_us: float = 0.0, *,
+              degraded: bool = False) -> Routed:
         """Route one window.
 
         Args:
             window: An aligned window.
             now_us: Wall-clock time of routing.
             downstream_p99_us: Live P99 of what follows routing (queue plus inference).
+            degraded: The window's SLO class is in degraded mode (:mod:`streams.slo`): a
+                window that would take the full route takes ``slo.breach.degraded_route``.
         """
         r = self._route
         conf = self.confidences(window, now_us)
@@ -106,6 +112,8 @@ class Router:
                 route, reason = VISION_ONLY, "no_trusted_text"
             elif conf["gate"] < r.gate_threshold:
                 route, reason = VISION_ONLY, "gate_closed"
+            elif degraded:
+                route, reason = self._slo.breach.degraded_route, "slo_degraded"
             else:
                 route, reason = FULL, "all_trusted"
         elif ok["text"] or ok["audio"] or ok["sensor"]:

@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from lockstep.errors import ConfigError
+from streams.worker_settings import WorkerSettings
 
 Ms = Annotated[float, Field(ge=0.0)]
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,31}$")]
@@ -157,8 +158,9 @@ class AlignSettings(_Section):
     #: Captures a recovered clock (and the video clock) must have fitted before a pairing
     #: with it is trusted; younger pairings leave the modality missing (a partial window).
     settle_points: Annotated[int, Field(ge=1)] = 32
-    #: Estimated offsets smaller than this are treated as zero (estimation noise).
-    offset_min_ms: Ms = 5.0
+    #: Estimated offsets smaller than this are treated as zero. 0: every estimate is
+    #: applied, which also cancels what is left of the clock fits' intercept error.
+    offset_min_ms: Ms = 0.0
     #: Tokens from further than this in the future (by the task's clock) are dead-lettered.
     max_future_ms: Ms = 5_000.0
     #: Per stream: buffered tokens beyond this force the oldest window out.
@@ -231,16 +233,6 @@ class RouteSettings(_Section):
     sensor_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
 
-class WorkerSettings(_Section):
-    """The batching inference worker of one pool."""
-
-    pool: PoolName = "vl"
-    engine: Literal["reference"] = "reference"
-    max_batch: Annotated[int, Field(ge=1, le=4096)] = 16
-    max_wait_ms: Ms = 5.0
-    infer_timeout_ms: Annotated[float, Field(gt=0.0)] = 2_000.0
-
-
 class SloClass(_Section):
     """An SLO class: end-to-end budget and the frame rate it was set for."""
 
@@ -257,22 +249,71 @@ def _default_slo_classes() -> dict[str, SloClass]:
     }
 
 
+class BreachSettings(_Section):
+    """Breach detection and degraded mode (see streams.slo)."""
+
+    #: The sliding window the P99 is taken over, and how often it is evaluated.
+    window_ms: Annotated[float, Field(gt=0.0)] = 5_000.0
+    evaluate_ms: Annotated[float, Field(gt=0.0)] = 1_000.0
+    #: Fewer samples in the window than this hold the verdict (no evidence either way).
+    min_samples: Annotated[int, Field(ge=1)] = 20
+    #: Consecutive evaluations over budget that raise a breach, and under
+    #: ``recover_ratio`` x budget that clear it (between the two nothing changes).
+    breach_after: Annotated[int, Field(ge=1)] = 3
+    recover_after: Annotated[int, Field(ge=1)] = 3
+    recover_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    #: Stages whose breach switches their class to its degraded mode (others only report).
+    degrade_on: tuple[str, ...] = ("e2e",)
+    #: Degraded mode: windows that would take the full route take this partial route, and
+    #: the aligner keeps one window per ``degraded_stride`` frames (classes that may drop them).
+    degraded_route: Literal["text_only", "vision_only"] = "text_only"
+    degraded_stride: Annotated[int, Field(ge=1, le=64)] = 2
+    #: A breach not re-announced for this long is forgotten (its process may have died).
+    ttl_ms: Annotated[float, Field(gt=0.0)] = 30_000.0
+
+
+#: The stages an e2e latency is made of (``publish`` overlaps ``transport``).
+E2E_STAGES = ("transport", "align", "route", "queue", "infer", "respond")
+
+
 class SloSettings(_Section):
-    """SLO classes and the per-stage budget of the pipeline stages other than inference."""
+    """SLO classes and the per-stage budget tree (stages other than inference: 12 ms P99)."""
 
     classes: dict[str, SloClass] = Field(default_factory=_default_slo_classes)
     default_class: str = "cabin"
     stage_p99_ms: Annotated[float, Field(gt=0.0)] = 12.0
+    #: Per-stage P99 budgets that replace ``stage_p99_ms`` (``infer`` defaults to what the
+    #: class's e2e budget leaves after the other stages of :data:`E2E_STAGES`).
+    stages_ms: dict[str, Annotated[float, Field(gt=0.0)]] = Field(default_factory=dict)
+    breach: BreachSettings = Field(default_factory=BreachSettings)
 
     @model_validator(mode="after")
     def _default_exists(self) -> SloSettings:
         if self.default_class not in self.classes:
             raise ValueError(f"slo.default_class {self.default_class!r} is not in slo.classes")
+        for name in self.classes:
+            if self.stage_budget_ms("infer", name) <= 0:
+                raise ValueError(f"slo class {name!r}: the stage budgets exceed its e2e budget")
         return self
 
     def budget_ms(self, slo_class: str) -> float:
         """The e2e budget of a class, falling back to the default class."""
         return self.classes.get(slo_class, self.classes[self.default_class]).e2e_ms
+
+    def stage_budget_ms(self, stage: str, slo_class: str) -> float:
+        """The P99 budget of one stage in a class (``e2e``: the class's budget)."""
+        if stage == "e2e":
+            return self.budget_ms(slo_class)
+        if stage in self.stages_ms:
+            return self.stages_ms[stage]
+        if stage == "infer":
+            others = sum(self.stage_budget_ms(s, slo_class) for s in E2E_STAGES if s != "infer")
+            return self.budget_ms(slo_class) - others
+        return self.stage_p99_ms
+
+    def budget_tree(self, slo_class: str) -> dict[str, float]:
+        """The e2e budget of a class and the P99 budget of each stage it is made of."""
+        return {s: self.stage_budget_ms(s, slo_class) for s in ("e2e", "publish", *E2E_STAGES)}
 
 
 class MetricsSettings(_Section):

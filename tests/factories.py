@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from topics.schemas import AudioToken, OcrToken, SensorToken, VideoToken
+from topics.schemas import (
+    AudioToken,
+    Modality,
+    ModalityState,
+    OcrToken,
+    Request,
+    SensorToken,
+    Timeline,
+    VideoToken,
+    Window,
+)
 
 T0 = 1_800_000_000_000_000  # 2027-01-15, a fixed capture time
 
@@ -35,3 +45,17 @@ def ocr(stream: str = "s", seq: int = 0, t_us: int = T0, text: str = "EXIT") -> 
 def sensor(stream: str = "s", seq: int = 0, t_us: int = T0, value: float = 1.0) -> SensorToken:
     return SensorToken(stream_id=stream, seq=seq, t_us=t_us, name="imu", values=[value],
                        unit="m/s")
+
+
+def request(seq: int = 1, *, stream: str = "s", priority: float = 0.5,
+            deadline_us: int = T0 + 120_000, routed_us: int = T0 + 1000, route: str = "full",
+            confidence: dict[str, float] | None = None, **window: object) -> Request:
+    """A routed request around a window of ``stream`` (override window fields by keyword)."""
+    fields: dict[str, object] = dict(
+        stream_id=stream, window_seq=seq, t_start_us=T0, t_end_us=T0 + 100_000,
+        anchor_t_us=T0, slo_class="cabin",
+        modalities={Modality.VIDEO: ModalityState(present=True)}, missing=[], members={},
+        timeline=Timeline(capture_us=T0, routed_us=routed_us))
+    fields.update(window)
+    return Request(window=Window(**fields), route=route, pool="vl",  # type: ignore[arg-type]
+                   priority=priority, deadline_us=deadline_us, confidence=confidence or {})

@@ -25,6 +25,7 @@ ALIGNED: Final = "aligned.windows"
 RESPONSES: Final = "responses"
 DEADLETTER: Final = "deadletter"
 LATE: Final = "late"
+SLO_EVENTS: Final = "slo.events"
 REQUESTS_PREFIX: Final = "requests."
 
 
@@ -76,4 +77,5 @@ def catalog(settings: TopicsSettings, max_record_bytes: int = 8 * 1024 * 1024) -
     specs.append(TopicSpec(RESPONSES, settings.pipeline_partitions, rf, pipeline))
     specs.append(TopicSpec(DEADLETTER, 1, rf, side))
     specs.append(TopicSpec(LATE, 1, rf, side))
+    specs.append(TopicSpec(SLO_EVENTS, 1, rf, side))
     return specs

@@ -29,6 +29,7 @@ from topics.schemas import (
     Request,
     Response,
     SensorToken,
+    SloEvent,
     VideoToken,
     Window,
 )
@@ -52,6 +53,7 @@ class Kind(IntEnum):
     RESPONSE = 18
     DEADLETTER = 32
     LATE = 33
+    SLO_EVENT = 48
 
 
 MODELS: Final[dict[Kind, type[BaseModel]]] = {
@@ -64,6 +66,7 @@ MODELS: Final[dict[Kind, type[BaseModel]]] = {
     Kind.RESPONSE: Response,
     Kind.DEADLETTER: DeadLetter,
     Kind.LATE: LateToken,
+    Kind.SLO_EVENT: SloEvent,
 }
 _KINDS: Final[dict[type[BaseModel], Kind]] = {model: kind for kind, model in MODELS.items()}
 TOKEN_KINDS: Final = frozenset({Kind.VIDEO, Kind.AUDIO, Kind.OCR, Kind.SENSOR})

@@ -239,10 +239,17 @@ class Response(_Record):
     missing: list[Modality]
     deadline_us: int
     timeline: Timeline
-    #: ``ok``; ``dropped`` when routing found nothing usable.
-    status: Literal["ok", "dropped"] = "ok"
+    #: ``ok``; ``dropped`` when routing found nothing usable; ``expired`` when the worker
+    #: shed the request because it could no longer meet its deadline.
+    status: Literal["ok", "dropped", "expired"] = "ok"
     #: Why the window took its route, or was dropped (docs/routing.md).
     reason: str = ""
+    #: For ``expired``: why the worker shed it (how late it was, or how little time was left).
+    detail: str = ""
+    #: Degradation level the worker served at (0: full service; see docs/engines.md).
+    degraded: Annotated[StrictInt, Field(ge=0, le=16)] = 0
+    #: Output tokens the engine was allowed to generate for this window.
+    max_new_tokens: Annotated[StrictInt, Field(ge=0)] = 0
 
 
 class DeadLetter(_Record):
@@ -270,6 +277,25 @@ class LateToken(_Record):
     reason: str
     at_us: int
     value: bytes | None = None
+
+
+class SloEvent(_Record):
+    """A stage's sliding-window P99 over its budget (``breach``) or back under (``recovered``).
+
+    Written to ``slo.events`` (key: the SLO class) by the process that observed the stage;
+    ``degrade`` says whether the class switches to (or leaves) its degraded mode.
+    """
+
+    kind: Literal["breach", "recovered"]
+    stage: Annotated[StrictStr, StringConstraints(min_length=1, max_length=32)]
+    slo_class: Annotated[StrictStr, StringConstraints(min_length=1, max_length=64)]
+    p99_ms: Annotated[Number, Field(ge=0.0)]
+    budget_ms: Annotated[Number, Field(gt=0.0)]
+    samples: Annotated[StrictInt, Field(ge=0)]
+    consecutive: Annotated[StrictInt, Field(ge=0)]
+    degrade: StrictBool
+    source: Annotated[StrictStr, StringConstraints(min_length=1, max_length=255)]
+    at_us: StrictInt
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -54,3 +54,50 @@ def align_command(ctx: click.Context, streams: int, seconds: float, seed: int,
                                 faults=FaultSpec(drop_rate=drop_rate, jitter_ms=jitter_ms))
     report = run_align_bench(options, settings.align, settings.slo.default_class)
     click.echo(json.dumps(report, indent=2) if as_json else render_align(report))
+
+
+@bench.command("batching")
+@click.option("--engine", "engine_name", default="auto", show_default=True,
+              type=click.Choice(["auto", "cpu", "simulated", "reference"]),
+              help="Engine to batch into (auto: cpu where torch+transformers are installed, "
+                   "else simulated).")
+@click.option("--seconds", default=10.0, show_default=True, type=click.FloatRange(1, 600),
+              help="Length of the arrival trace (each policy replays it in real time).")
+@click.option("--load", default=0.7, show_default=True, type=click.FloatRange(0.05, 5.0),
+              help="Poisson arrival rate as a share of the engine's full-batch throughput "
+                   "(bursts come on top).")
+@click.option("--seed", default=11, show_default=True, type=click.IntRange(0),
+              help="Seed of the trace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def batching_command(ctx: click.Context, engine_name: str, seconds: float, load: float,
+                     seed: int, as_json: bool) -> None:
+    """Replay one bursty trace through Lockstep's scheduler, a FIFO batcher and batch size 1.
+
+    All three run on the same engine in the same run, after one warm-up that times it.
+    Worker settings (max_batch, max_wait_ms, margin_ms, degrade_fractions…) come from
+    --config and LOCKSTEP_WORKER__*; max_wait_ms is also the FIFO batcher's fixed delay.
+    See docs/bench.md.
+    """
+    from engines.base import Engine
+    from engines.registry import create_engine, resolve
+    from engines.simulated import SimulatedEngine
+    from lockstep.bench.batching import TraceSpec, run_batching_bench
+    from lockstep.bench.render_batching import render_batching
+    from lockstep.clikit import run_async
+    from streams.settings import load_settings
+
+    root = ctx.find_root().obj
+    settings = load_settings(root.get("config") if isinstance(root, dict) else None).worker
+    if engine_name == "auto":
+        engine_name = "cpu" if resolve("auto") == "cpu" else "simulated"
+    engine: Engine
+    if engine_name == "simulated":
+        engine = SimulatedEngine(jitter=0.1, max_batch=settings.max_batch, pool="bench")
+    else:
+        # The bench measures scheduling, not timeouts: a slow batch must not abort it.
+        engine = create_engine(settings.model_copy(
+            update={"engine": engine_name, "infer_timeout_ms": 60_000.0}))
+    spec = TraceSpec(seconds=seconds, load=load, seed=seed)
+    report = run_async(run_batching_bench(engine, settings, spec))
+    click.echo(json.dumps(report, indent=2) if as_json else render_batching(report))

@@ -73,6 +73,7 @@ def _env(bootstrap: str, app_id: str, data_dir: Path) -> dict[str, str]:
     return {
         "LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
         "LOCKSTEP_APP_ID": app_id,
+        "LOCKSTEP_WORKER__ENGINE": "reference",
         "LOCKSTEP_KAFKA__SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
         "LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS": "10",
         "LOCKSTEP_METRICS__ENABLED": "false",

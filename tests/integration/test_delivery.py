@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from engines.base import Engine, InferenceResult
+from agents.outbox import wall_us
+from engines.base import Engine, InferenceResult, ItemResult, WorkItem
 from lockstep.errors import EngineError, EngineTimeout
 from lockstep.observer import Observer
 from lockstep.runner import prepare_topics, start_roles
@@ -27,14 +28,15 @@ class BrokenEngine(Engine):
 
     name = "broken"
 
-    async def _infer(self, batch: Sequence[Request]) -> list[InferenceResult]:
+    async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
         raise EngineTimeout("the GPU stopped answering")
 
 
 def _settings(bootstrap: str, pool: str) -> Settings:
     return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
                                 "fetch_max_wait_ms": 10},
-                         topics={"pools": ("vl", pool)}, worker={"pool": pool},
+                         topics={"pools": ("vl", pool)},
+                         worker={"pool": pool, "engine": "reference"},
                          app_id="lockstep-delivery",
                          metrics={"enabled": False})
 
@@ -43,7 +45,8 @@ def _request(pool: str) -> Request:
     window = Window(stream_id="d", window_seq=1, t_start_us=T0, t_end_us=T0 + 1, anchor_t_us=T0,
                     slo_class="cabin", modalities={Modality.VIDEO: ModalityState(present=True)},
                     missing=[], members={}, timeline=Timeline(capture_us=T0, routed_us=T0))
-    return Request(window=window, route="full", pool=pool, priority=0.5, deadline_us=T0)
+    return Request(window=window, route="full", pool=pool, priority=0.5,
+                   deadline_us=wall_us() + 60_000_000)
 
 
 async def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
@@ -63,7 +66,8 @@ async def test_an_engine_timeout_crashes_the_worker_without_committing(apache_ka
     await prepare_topics(settings, create=True)
     roles = await start_roles(settings, ["worker"], Telemetry())
     task = roles.workers[0]
-    task.engine = task.worker.engine = BrokenEngine()
+    assert task.dispatcher is not None
+    task.engine = task.dispatcher.engine = BrokenEngine()
     await task.engine.start()
     producer = AIOKafkaProducer(bootstrap_servers=apache_kafka)
     await producer.start()
@@ -85,10 +89,10 @@ class PickyEngine(Engine):
 
     name = "picky"
 
-    async def _infer(self, batch: Sequence[Request]) -> list[InferenceResult]:
-        if any(r.window.window_seq == 2 for r in batch):
+    async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
+        if any(i.request.window.window_seq == 2 for i in batch):
             raise EngineError("cannot read window 2")
-        return [InferenceResult(f"ok {r.window.window_seq}", {}) for r in batch]
+        return [InferenceResult(f"ok {i.request.window.window_seq}", {}) for i in batch]
 
 
 async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_pill(
@@ -100,7 +104,8 @@ async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_
     await observer.start()
     roles = await start_roles(settings, ["worker"], Telemetry())
     task = roles.workers[0]
-    task.engine = task.worker.engine = PickyEngine()
+    assert task.dispatcher is not None
+    task.engine = task.dispatcher.engine = PickyEngine()
     await task.engine.start()
     producer = AIOKafkaProducer(bootstrap_servers=apache_kafka, linger_ms=50)
     await producer.start()

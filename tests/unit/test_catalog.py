@@ -11,7 +11,7 @@ def test_catalog_has_every_topic_of_the_design() -> None:
     names = [s.name for s in catalog(TopicsSettings(pools=("vl", "text")))]
     assert names == ["media.video", "media.audio", "media.ocr", "media.sensor",
                      "aligned.windows", "requests.vl", "requests.text", "responses",
-                     "deadletter", "late"]
+                     "deadletter", "late", "slo.events"]
 
 
 def test_media_topics_share_one_partition_count_and_group() -> None:

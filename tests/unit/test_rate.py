@@ -35,3 +35,18 @@ def test_a_single_spike_does_not_change_the_rate() -> None:
 def test_classes_that_keep_every_frame_never_sample_down() -> None:
     rc = RateController(hold=1, enabled=False)
     assert [rc.observe(9.0) for _ in range(5)] == [1] * 5
+
+
+def test_a_floor_raises_the_stride_while_set_and_releases_it_after() -> None:
+    rc = RateController(max_stride=4, hold=3)
+    rc.floor = 2
+    assert [rc.observe(0.2) for _ in range(3)] == [2, 2, 2]
+    rc.floor = 8  # capped at max_stride
+    assert rc.observe(0.2) == 4
+    rc.floor = 1
+    assert rc.observe(0.2) == 1
+
+
+def test_a_class_that_must_not_drop_frames_ignores_the_floor() -> None:
+    rc = RateController(enabled=False, floor=4)
+    assert rc.observe(2.0) == 1

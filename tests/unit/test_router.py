@@ -148,3 +148,20 @@ def test_risk_rises_as_routing_eats_the_budget() -> None:
     early = _router().route(w, T0, downstream_p99_us=30_000).request
     late = _router().route(w, T0 + 100_000, downstream_p99_us=30_000).request
     assert early is not None and late is not None and late.priority > early.priority
+
+
+def test_a_degraded_class_sends_full_windows_down_the_partial_route() -> None:
+    window = _window(_frame(), [_speech()], ("EXIT",))
+    routed = _router().route(window, T0, degraded=True)
+    assert (routed.route, routed.reason) == (TEXT_ONLY, "slo_degraded")
+    assert routed.request is not None and routed.request.pool == "text"
+    vision = Router(RouteSettings(), SloSettings(breach={"degraded_route": "vision_only"})
+                    ).route(window, T0, degraded=True)
+    assert (vision.route, vision.reason) == (VISION_ONLY, "slo_degraded")
+
+
+def test_degraded_mode_leaves_routes_other_than_full_alone() -> None:
+    blind = _router().route(_window(None, [_speech("turn left", 0.8)]), T0, degraded=True)
+    assert (blind.route, blind.reason) == (TEXT_ONLY, "video_missing")
+    mute = _router().route(_window(_frame()), T0, degraded=True)
+    assert (mute.route, mute.reason) == (VISION_ONLY, "no_trusted_text")

@@ -131,7 +131,8 @@ def test_doc_kind_table_matches_the_codec() -> None:
     text = doc_text()
     names = {Kind.VIDEO: "VideoToken", Kind.AUDIO: "AudioToken", Kind.OCR: "OcrToken",
              Kind.SENSOR: "SensorToken", Kind.WINDOW: "Window", Kind.REQUEST: "Request",
-             Kind.RESPONSE: "Response", Kind.DEADLETTER: "DeadLetter", Kind.LATE: "LateToken"}
+             Kind.RESPONSE: "Response", Kind.DEADLETTER: "DeadLetter", Kind.LATE: "LateToken",
+             Kind.SLO_EVENT: "SloEvent"}
     assert set(names) == set(Kind)
     for kind, name in names.items():
         row = f"| {int(kind)} | `0x{int(kind):02x}` | {name} |"

@@ -1,0 +1,312 @@
+"""Deadline- and priority-aware dynamic batching (the ``queue`` stage), as pure policies.
+
+A policy holds the admission queue of one pool and decides, each time it is polled with the
+current time and the engine's free slots, which requests to shed and which batch to
+dispatch. Nothing here reads a clock or touches Kafka; :mod:`engines.dispatcher` drives a
+policy against a real engine, and the bench drives the three below on the same trace.
+
+:class:`DeadlineScheduler` (Lockstep's):
+
+- Order: earliest *virtual* deadline first, where a request's priority moves its deadline
+  forward by up to ``priority_lead_us``; equal deadlines go to the higher priority, then to
+  the earlier arrival.
+- Dispatch when the batch is full, when the most urgent request's slack falls below the
+  engine's expected latency for a batch one larger than now (P95, from
+  :class:`~engines.latency.LatencyModel`) plus a margin, or when the oldest request has
+  waited ``max_queue_delay_us``.
+- Batch formation: greedily, in order, keep a request if the batch with it still finishes
+  before every member's deadline. If a degraded level (fewer output tokens, fewer vision
+  tokens) lets more requests make their deadline, use it, and share that level's token
+  budget by uncertainty (``entropy * (1 - confidence)``, at least one token each).
+- Shedding: a request that cannot finish in time even alone at the most degraded level is
+  returned as expired (the worker answers it with status ``expired``), never dropped.
+
+:class:`FifoBatcher` is the Triton-style baseline (arrival order, dispatch when full or
+after a fixed max queue delay, no shedding); :class:`SingleBatcher` dispatches each request
+alone, in arrival order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from engines.base import WorkItem
+from engines.latency import LatencyModel
+from topics.schemas import Request
+
+H = TypeVar("H")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Knobs of a batching policy (see ``worker`` settings)."""
+
+    max_batch: int = 16
+    #: Admission bound: the worker stops fetching (pauses partitions) at this depth.
+    max_queue: int = 256
+    #: Dispatch once the oldest queued request has waited this long.
+    max_queue_delay_us: int = 20_000
+    #: Safety margin on top of the expected batch latency.
+    margin_us: int = 3_000
+    #: How far a priority of 1.0 moves a request's deadline forward in the order.
+    priority_lead_us: int = 10_000
+    #: Output tokens at full service.
+    full_tokens: int = 32
+    #: Token budget of each degradation level, as a fraction of ``full_tokens``.
+    token_fractions: tuple[float, ...] = (1.0, 0.5, 0.25)
+    degrade: bool = True
+    shed: bool = True
+
+    def tokens_at(self, level: int) -> int:
+        """Output tokens per item at a degradation level."""
+        return max(1, round(self.full_tokens * self.token_fractions[level]))
+
+
+@dataclass(slots=True)
+class Pending(Generic[H]):
+    """A queued request and the handle the caller acknowledges once it is answered."""
+
+    handle: H
+    request: Request
+    arrived_us: int
+    order: tuple[int, float, int]
+    uncertainty: float
+
+
+@dataclass(frozen=True)
+class Batch(Generic[H]):
+    """A batch to run: work items and their handles, in the same order."""
+
+    items: list[WorkItem]
+    members: list[Pending[H]]
+    level: int
+    expected_us: int
+
+
+@dataclass(frozen=True)
+class Decision(Generic[H]):
+    """What to do now: a batch to dispatch (or None), requests to shed, when to poll again."""
+
+    batch: Batch[H] | None = None
+    expired: list[Pending[H]] = field(default_factory=list)
+    #: Poll again at this time even if nothing arrives (None: only on arrival).
+    wake_us: int | None = None
+
+
+class BatchPolicy(Protocol[H]):
+    """The interface the dispatcher drives."""
+
+    name: str
+    config: SchedulerConfig
+    latency: LatencyModel
+
+    def admit(self, handle: H, request: Request, now_us: int) -> None:
+        """Queue a request (the caller keeps the depth under ``max_queue``)."""
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Decide what to shed and dispatch now."""
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting."""
+
+    @property
+    def full(self) -> bool:
+        """Whether admission must stop (backpressure)."""
+
+
+def uncertainty(request: Request) -> float:
+    """``H(c) * (1 - c)`` of the gate's confidence ``c`` (binary entropy, bits)."""
+    c = request.confidence.get("gate")
+    if c is None:
+        present = [s.confidence for s in request.window.modalities.values()
+                   if s.present and s.confidence is not None]
+        c = sum(present) / len(present) if present else 0.5
+    if c <= 0.0 or c >= 1.0:
+        return 0.0 if c >= 1.0 else 1.0
+    entropy = -(c * math.log2(c) + (1.0 - c) * math.log2(1.0 - c))
+    return entropy * (1.0 - c)
+
+
+def share_budget(weights: Sequence[float], total: int, cap: int) -> list[int]:
+    """Split ``total`` tokens in proportion to ``weights``: at least 1 and at most ``cap`` each.
+
+    Equal shares when every weight is zero.
+    """
+    n = len(weights)
+    mass = sum(weights)
+    if mass <= 0.0:
+        return [max(1, min(cap, total // max(n, 1)))] * n
+    return [max(1, min(cap, round(total * w / mass))) for w in weights]
+
+
+class _Queue(Generic[H]):
+    """Shared bookkeeping: the queue, its bound and the latency model."""
+
+    name = "policy"
+
+    def __init__(self, config: SchedulerConfig, latency: LatencyModel | None = None) -> None:
+        self.config = config
+        self.latency = latency or LatencyModel(token_fractions=config.token_fractions)
+        self._queue: list[Pending[H]] = []
+        self._arrivals = itertools.count()
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting."""
+        return len(self._queue)
+
+    @property
+    def full(self) -> bool:
+        """Whether admission must stop (backpressure)."""
+        return len(self._queue) >= self.config.max_queue
+
+    def _pending(self, handle: H, request: Request, now_us: int,
+                 order: tuple[int, float, int]) -> Pending[H]:
+        return Pending(handle, request, now_us, order, uncertainty(request))
+
+    def _full_service(self, members: list[Pending[H]]) -> Batch[H]:
+        tokens = self.config.tokens_at(0)
+        items = [WorkItem(p.request, max_new_tokens=tokens) for p in members]
+        return Batch(items, members, 0, self.latency.expected_us(len(members)))
+
+
+class DeadlineScheduler(_Queue[H]):
+    """Lockstep's policy: EDF with priority lead, latency-model dispatch, degrade, shed."""
+
+    name = "lockstep"
+
+    def admit(self, handle: H, request: Request, now_us: int) -> None:
+        """Queue a request in virtual-deadline order."""
+        lead = int(request.priority * self.config.priority_lead_us)
+        order = (request.deadline_us - lead, -request.priority, next(self._arrivals))
+        bisect.insort(self._queue, self._pending(handle, request, now_us, order),
+                      key=lambda p: p.order)
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Shed hopeless requests; dispatch a batch if a trigger fires."""
+        cfg = self.config
+        expired = self._shed(now_us) if cfg.shed else []
+        queue = self._queue
+        if not queue:
+            return Decision(None, expired, None)
+        wake = self._earliest_expiry()
+        if free_slots <= 0:
+            return Decision(None, expired, wake)
+        n = min(len(queue), cfg.max_batch)
+        head_deadline = min(p.request.deadline_us for p in queue[:n])
+        oldest = min(p.arrived_us for p in queue)
+        grow = self.latency.expected_us(min(n + 1, cfg.max_batch)) + cfg.margin_us
+        due = min(head_deadline - grow, oldest + cfg.max_queue_delay_us)
+        if n < cfg.max_batch and now_us < due:
+            return Decision(None, expired, due if wake is None else min(due, wake))
+        batch = self._form(now_us)
+        return Decision(batch, expired, None)
+
+    def _shed(self, now_us: int) -> list[Pending[H]]:
+        worst = len(self.config.token_fractions) - 1 if self.config.degrade else 0
+        alone = self.latency.expected_us(1, worst)
+        keep: list[Pending[H]] = []
+        expired: list[Pending[H]] = []
+        for p in self._queue:
+            (expired if p.request.deadline_us < now_us + alone else keep).append(p)
+        if expired:
+            self._queue = keep
+        return expired
+
+    def _earliest_expiry(self) -> int | None:
+        if not self.config.shed or not self._queue:
+            return None
+        worst = len(self.config.token_fractions) - 1 if self.config.degrade else 0
+        alone = self.latency.expected_us(1, worst)
+        return min(p.request.deadline_us for p in self._queue) - alone + 1
+
+    def _form(self, now_us: int) -> Batch[H]:
+        cfg = self.config
+        levels = range(len(cfg.token_fractions)) if cfg.degrade else range(1)
+        reachable = min(len(self._queue), cfg.max_batch)
+        best: tuple[int, list[Pending[H]]] | None = None
+        for level in levels:
+            members = self._greedy(now_us, level)
+            if best is None or len(members) > len(best[1]):
+                best = (level, members)
+            if len(members) >= reachable:
+                break
+        assert best is not None  # levels is never empty
+        level, members = best
+        if not members:  # nothing can make it (shedding off): serve the most urgent anyway
+            members = self._queue[:reachable]
+            level = 0
+        chosen = {id(p) for p in members}
+        self._queue = [p for p in self._queue if id(p) not in chosen]
+        if level == 0:
+            return self._full_service(members)
+        cap = cfg.tokens_at(level)
+        tokens = share_budget([p.uncertainty for p in members], cap * len(members), cap)
+        items = [WorkItem(p.request, max_new_tokens=t, reduce_vision=True, level=level)
+                 for p, t in zip(members, tokens, strict=True)]
+        return Batch(items, members, level, self.latency.expected_us(len(members), level))
+
+    def _greedy(self, now_us: int, level: int) -> list[Pending[H]]:
+        cfg = self.config
+        members: list[Pending[H]] = []
+        tightest = math.inf
+        for p in self._queue:
+            if len(members) >= cfg.max_batch:
+                break
+            deadline = min(tightest, p.request.deadline_us)
+            finish = now_us + self.latency.expected_us(len(members) + 1, level) + cfg.margin_us
+            if finish <= deadline:
+                members.append(p)
+                tightest = deadline
+        return members
+
+
+class FifoBatcher(_Queue[H]):
+    """Triton-style: arrival order, dispatch when full or after a fixed max queue delay."""
+
+    name = "fifo"
+
+    def admit(self, handle: H, request: Request, now_us: int) -> None:
+        """Queue a request at the back."""
+        self._queue.append(self._pending(handle, request, now_us, (0, 0.0, 0)))
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Dispatch the head of the queue when full or when it has waited long enough."""
+        if not self._queue:
+            return Decision()
+        due = self._queue[0].arrived_us + self.config.max_queue_delay_us
+        if free_slots <= 0 or (len(self._queue) < self.config.max_batch and now_us < due):
+            return Decision(None, [], due if free_slots > 0 else None)
+        members = self._queue[:self.config.max_batch]
+        del self._queue[:self.config.max_batch]
+        return Decision(self._full_service(members))
+
+
+class SingleBatcher(FifoBatcher[H]):
+    """Batch size 1, arrival order, no waiting."""
+
+    name = "batch1"
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Dispatch the oldest request alone whenever the engine is free."""
+        if not self._queue or free_slots <= 0:
+            return Decision()
+        return Decision(self._full_service([self._queue.pop(0)]))
+
+
+def make_policy(name: str, config: SchedulerConfig,
+                latency: LatencyModel | None = None) -> BatchPolicy[H]:
+    """The policy called ``name``: ``lockstep``, ``fifo`` or ``batch1``."""
+    policies: dict[str, type[_Queue[H]]] = {
+        "lockstep": DeadlineScheduler, "fifo": FifoBatcher, "batch1": SingleBatcher}
+    try:
+        return policies[name](config, latency)  # type: ignore[return-value]
+    except KeyError:
+        raise ValueError(f"unknown batching policy {name!r}; choose from "
+                         f"{', '.join(policies)}") from None

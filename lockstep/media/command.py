@@ -1,0 +1,92 @@
+"""The body of ``lockstep publish SOURCE...`` (part of the CLI's output layer)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockstep.errors import ConfigError
+from lockstep.media.perception import SpeechRecognizer, TextReader, require
+from lockstep.media.report import progress_line, render_summary, summary
+from lockstep.media.run import MediaPublish, StreamProgress, plan_streams
+from lockstep.media.sidecar import Sidecar, read_sidecar
+from lockstep.media.source import MediaOptions, Perception
+from lockstep.publisher import Publisher
+from streams.settings import Settings
+from streams.telemetry import Telemetry
+from topics import catalog
+from topics.admin import admin_client, wait_for_partitions
+
+
+def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequence[str],
+                  copies: int, seconds: float | None, *, realtime: bool, anchor: str,
+                  fps: float | None, width: int | None, height: int | None,
+                  video_format: Any, jpeg_quality: int, chunk_ms: float, video: bool,
+                  audio: bool, sidecar_ocr: Path | None, sidecar_sensor: Path | None,
+                  asr: bool, asr_grammar: Path | None, ocr: bool, ocr_every: float,
+                  input_format: str | None, compression: Any, idempotence: bool,
+                  progress: bool | None, as_json: bool) -> dict[str, Any]:
+    """Validate everything, publish every stream, print the summary; return it.
+
+    Raises:
+        ConfigError: Bad arguments or a missing extra.
+        MediaError: A source or sidecar cannot be read (nothing was published).
+        BrokerError: The media topics do not exist or the broker is unreachable.
+    """
+    plans = plan_streams(sources, stream_ids, copies)
+    options = MediaOptions(fps=fps, width=width, height=height, video_format=video_format,
+                           jpeg_quality=jpeg_quality, audio_chunk_ms=chunk_ms, video=video,
+                           audio=audio, anchor=anchor, max_seconds=seconds,
+                           input_format=input_format, ocr_every_s=ocr_every)
+    if ocr and sidecar_ocr:
+        raise ConfigError("--ocr and --sidecar-ocr both make OCR tokens: choose one")
+    if ocr and not video:
+        raise ConfigError("--ocr reads the video: drop --no-video")
+    asr = asr or asr_grammar is not None
+    if asr and not audio:
+        raise ConfigError("--asr listens to the audio: drop --no-audio")
+    if asr:
+        require("pocketsphinx")
+    if ocr:
+        require("rapidocr_onnxruntime")
+    sidecars: list[Sidecar] = []
+    if sidecar_ocr:
+        sidecars.append(read_sidecar(sidecar_ocr, "ocr"))
+    if sidecar_sensor:
+        sidecars.append(read_sidecar(sidecar_sensor, "sensor"))
+
+    def perception() -> Perception:
+        return Perception(asr=SpeechRecognizer(asr_grammar) if asr else None,
+                          ocr=TextReader() if ocr else None)
+
+    kafka = settings.kafka
+    wait_for_partitions(admin_client(kafka.confluent_config()), catalog.MEDIA.values(), 5.0)
+    # capture → ack is a latency only when capture times are the wall clock, paced live
+    telemetry = Telemetry() if realtime and anchor == "wall" else None
+    publisher = Publisher(kafka, compression=compression, idempotence=idempotence,
+                          telemetry=telemetry)
+    job = MediaPublish(publisher, plans, options, sidecars, realtime=realtime,
+                       perception=perception)
+    show = sys.stderr.isatty() if progress is None else progress
+    began = time.monotonic()
+
+    def tick(state: Sequence[StreamProgress]) -> None:
+        line = progress_line(state, time.monotonic() - began, publisher.stats().bytes_sent)
+        click.echo(f"\r{line}", err=True, nl=False)
+
+    result = job.run(on_tick=tick if show else None)
+    if show:
+        click.echo("", err=True)
+    undelivered = publisher.close()
+    elapsed = time.monotonic() - began
+    stage = telemetry.stage_stats().get("publish") if telemetry else None
+    report = summary(result, publisher.stats(), undelivered, elapsed,
+                     (round(stage.p50_ms, 3), round(stage.p99_ms, 3)) if stage else None)
+    click.echo(json.dumps(report) if as_json else render_summary(report))
+    return report

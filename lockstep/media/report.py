@@ -1,0 +1,83 @@
+"""Text for ``lockstep publish SOURCE``: the progress line and the summary (no I/O here)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from lockstep.media.run import StreamProgress
+from lockstep.publisher import DeliveryStats
+
+_ORDER = ("video", "audio", "ocr", "sensor")
+_BAR = 20
+
+
+def progress_line(progress: Sequence[StreamProgress], elapsed_s: float,
+                  bytes_sent: int) -> str:
+    """One line: a bar over the declared media time (when known) and the rates."""
+    tokens = sum(sum(p.sent.values()) for p in progress)
+    declared = [p.declared_s for p in progress]
+    media = sum(p.media_s for p in progress)
+    if all(d for d in declared):
+        share = min(1.0, media / max(1e-9, sum(d or 0.0 for d in declared)))
+        filled = round(share * _BAR)
+        bar = f"[{'#' * filled}{'.' * (_BAR - filled)}] {share:4.0%} "
+    else:
+        bar = f"media {media:7.1f} s "
+    elapsed = max(elapsed_s, 1e-9)
+    done = sum(p.done for p in progress)
+    return (f"{bar}{tokens} tokens  {tokens / elapsed:,.0f} tok/s  "
+            f"{bytes_sent / elapsed / 1e6:.2f} MB/s  {done}/{len(progress)} streams done")
+
+
+def summary(progress: Sequence[StreamProgress], stats: DeliveryStats, undelivered: int,
+            seconds: float, publish_ms: tuple[float, float] | None) -> dict[str, Any]:
+    """What was sent, per stream and in all, as a JSON-ready mapping."""
+    total: Counter[str] = Counter()
+    for p in progress:
+        total.update(p.sent)
+    tokens = sum(total.values())
+    elapsed = max(seconds, 1e-9)
+    return {
+        "ok": all(p.complete for p in progress) and not sum(stats.failed.values())
+        and not undelivered,
+        "streams": {p.plan.stream_id: {
+            "source": p.plan.source,
+            "tokens": {m: p.sent[m] for m in _ORDER if p.sent[m]},
+            "media_s": round(p.media_s, 3),
+            "complete": p.complete,
+            "error": p.error,
+        } for p in progress},
+        "tokens_published": tokens,
+        "tokens_by_modality": {m: total[m] for m in _ORDER if total[m]},
+        "acked": sum(stats.acked.values()),
+        "failed": sum(stats.failed.values()),
+        "undelivered": undelivered,
+        "delivery_errors": list(stats.errors),
+        "bytes": stats.bytes_sent,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(tokens / elapsed, 1),
+        "mb_per_s": round(stats.bytes_sent / elapsed / 1e6, 3),
+        "publish_p50_ms": publish_ms[0] if publish_ms else None,
+        "publish_p99_ms": publish_ms[1] if publish_ms else None,
+    }
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    """The summary for people."""
+    kinds = ", ".join(f"{n} {m}" for m, n in report["tokens_by_modality"].items()) or "nothing"
+    lines = [f"published {kinds} ({report['tokens_published']} tokens) on "
+             f"{len(report['streams'])} stream(s) in {report['seconds']:.2f} s "
+             f"({report['tokens_per_s']:,.0f} tokens/s, {report['mb_per_s']:.2f} MB/s)"]
+    for sid, s in report["streams"].items():
+        counts = "  ".join(f"{m} {n}" for m, n in s["tokens"].items()) or "no tokens"
+        state = "complete" if s["complete"] else f"INCOMPLETE: {s['error']}"
+        lines.append(f"  {sid}  {s['source']}  {counts}  ({s['media_s']:.2f} s media)  {state}")
+    lines.append(f"acknowledged {report['acked']}, failed {report['failed']}, "
+                 f"undelivered {report['undelivered']}")
+    if report["publish_p50_ms"] is not None:
+        lines.append(f"publish latency (capture → ack) p50 {report['publish_p50_ms']} ms, "
+                     f"p99 {report['publish_p99_ms']} ms")
+    lines.extend(f"  delivery error: {e}" for e in report["delivery_errors"])
+    return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""Several media streams published in parallel, one decoding thread per stream.
+
+Every source is opened and every sidecar validated before the first token is sent, so
+unreadable input publishes nothing. An error after that (a decode failure, a truncated
+file, the broker) stops that stream and is reported with what it had already sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from lockstep.errors import ConfigError, LockstepError
+from lockstep.media.sidecar import Sidecar, sidecar_tokens
+from lockstep.media.source import MediaOptions, MediaSource, Perception
+from lockstep.media.timing import Pacer
+from lockstep.publisher import Publisher
+from topics.schemas import OcrToken, SensorToken, Token
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """One stream to publish: its id and its source."""
+
+    stream_id: str
+    source: str
+
+
+def plan_streams(sources: Sequence[str], stream_ids: Sequence[str],
+                 copies: int = 1) -> list[StreamPlan]:
+    """Pair sources with stream ids; ``copies`` publishes each source that many times.
+
+    One id for several streams numbers them ``ID-0``, ``ID-1``...; otherwise give one id
+    per stream.
+
+    Raises:
+        ConfigError: The ids do not fit the streams.
+    """
+    if not sources:
+        raise ConfigError("no media source given")
+    expanded = [src for src in sources for _ in range(copies)]
+    if not stream_ids:
+        raise ConfigError("give the stream id with --stream ID")
+    if len(stream_ids) == 1 and len(expanded) > 1:
+        ids = [f"{stream_ids[0]}-{i}" for i in range(len(expanded))]
+    elif len(stream_ids) == len(expanded):
+        ids = list(stream_ids)
+    else:
+        raise ConfigError(f"{len(stream_ids)} stream ids for {len(expanded)} streams: give one "
+                          "id (numbered ID-0, ID-1...) or one per stream")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"stream ids must differ: {ids}")
+    return [StreamPlan(sid, src) for sid, src in zip(ids, expanded, strict=True)]
+
+
+@dataclass
+class StreamProgress:
+    """What one stream has published so far."""
+
+    plan: StreamPlan
+    declared_s: float | None = None
+    sent: Counter[str] = field(default_factory=Counter)
+    media_s: float = 0.0
+    done: bool = False
+    error: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Finished without an error."""
+        return self.done and self.error is None
+
+
+class MediaPublish:
+    """Opens the sources and publishes them; :meth:`run` blocks until all are done."""
+
+    def __init__(self, publisher: Publisher, plans: Sequence[StreamPlan],
+                 options: MediaOptions, sidecars: Sequence[Sidecar] = (), *,
+                 realtime: bool = True,
+                 perception: Callable[[], Perception] | None = None) -> None:
+        """Open every source and map every sidecar line before anything is sent.
+
+        Raises:
+            MediaError: A source cannot be opened or a sidecar line cannot be mapped.
+        """
+        self.publisher = publisher
+        self.realtime = realtime
+        self._perception = perception or Perception
+        self._opened: list[tuple[MediaSource, list[OcrToken | SensorToken]]] = []
+        self.progress: list[StreamProgress] = []
+        try:
+            for plan in plans:
+                source = MediaSource(plan.source, options)
+                self._opened.append((source, []))
+                self._opened[-1] = (source, sidecar_tokens(sidecars, plan.stream_id,
+                                                           source.clock))
+                self.progress.append(StreamProgress(plan, source.declared_s))
+        except BaseException:
+            self.close()
+            raise
+        self.stop = threading.Event()
+
+    def close(self) -> None:
+        """Release every source."""
+        for source, _ in self._opened:
+            source.close()
+
+    def run(self, on_tick: Callable[[Sequence[StreamProgress]], None] | None = None,
+            tick_s: float = 0.5) -> list[StreamProgress]:
+        """Publish every stream in its own thread; call ``on_tick`` while they run."""
+        threads = [threading.Thread(target=self._stream, args=(source, side, progress),
+                                    name=f"publish-{progress.plan.stream_id}", daemon=True)
+                   for (source, side), progress in zip(self._opened, self.progress, strict=True)]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                if on_tick is not None:
+                    on_tick(self.progress)
+                for thread in threads:
+                    thread.join(tick_s / len(threads))
+        except KeyboardInterrupt:
+            self.stop.set()
+            for thread in threads:
+                thread.join()
+            for p in self.progress:
+                if not p.done:
+                    p.error = p.error or "interrupted"
+        finally:
+            self.close()
+        if on_tick is not None:
+            on_tick(self.progress)
+        return self.progress
+
+    def _stream(self, source: MediaSource, side: list[OcrToken | SensorToken],
+                progress: StreamProgress) -> None:
+        pacer = Pacer(self.realtime)
+        try:
+            for token in _merged(source.tokens(progress.plan.stream_id, self._perception()),
+                                 side):
+                if self.stop.is_set():
+                    progress.error = "interrupted"
+                    return
+                pacer.wait(token.t_us)
+                self.publisher.publish(token)
+                progress.sent[token.modality.value] += 1
+                progress.media_s = source.decoded_s
+        except LockstepError as exc:
+            progress.error = str(exc)
+        finally:
+            progress.done = True
+
+
+def _merged(media: Iterator[Token], side: list[OcrToken | SensorToken]) -> Iterator[Token]:
+    """Media tokens with the sidecar tokens slotted in by capture time."""
+    i = 0
+    for token in media:
+        while i < len(side) and side[i].t_us <= token.t_us:
+            yield side[i]
+            i += 1
+        yield token
+    yield from side[i:]
+
+
+def rates(progress: Sequence[StreamProgress], bytes_sent: int, seconds: float
+          ) -> dict[str, float]:
+    """Tokens and megabytes per second over ``seconds`` of wall time."""
+    tokens = sum(sum(p.sent.values()) for p in progress)
+    seconds = max(seconds, 1e-9)
+    return {"tokens_per_s": round(tokens / seconds, 1),
+            "mb_per_s": round(bytes_sent / seconds / 1e6, 3)}
+
