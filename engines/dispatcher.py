@@ -122,13 +122,9 @@ class Dispatcher(Generic[H]):
         self._raise_if_failed()
 
     def _start(self, batch: Batch[H], now_us: int) -> None:
+        self._observe_queue(batch.members, now_us)
         if self.telemetry is not None:
             self.telemetry.batch_size.labels(self.pool).observe(len(batch.items))
-            for p in batch.members:
-                self.telemetry.stage(
-                    "queue", max(0, now_us - p.request.window.timeline.routed_us) / 1e6,
-                    route=p.request.route, pool=self.pool,
-                    slo_class=p.request.window.slo_class)
             if batch.level:
                 self.telemetry.degraded.labels(self.pool, str(batch.level)).inc(
                     len(batch.items))
@@ -153,11 +149,21 @@ class Dispatcher(Generic[H]):
         self._changed.set()
 
     async def _expire(self, expired: list[Pending[H]], now_us: int) -> None:
+        self._observe_queue(expired, now_us)
         await self.sink([Outcome(p.handle, p.request, None, None, now_us, now_us)
                          for p in expired])
         if self.telemetry is not None:
             self.telemetry.requests.labels(self.pool, "expired").inc(len(expired))
         self._after_dequeue()
+
+    def _observe_queue(self, members: list[Pending[H]], now_us: int) -> None:
+        """The ``queue`` stage: routed → dispatched or shed."""
+        if self.telemetry is None:
+            return
+        for p in members:
+            self.telemetry.stage(
+                "queue", max(0, now_us - p.request.window.timeline.routed_us) / 1e6,
+                route=p.request.route, pool=self.pool, slo_class=p.request.window.slo_class)
 
     def _after_dequeue(self) -> None:
         if self.policy.depth <= self.policy.config.max_queue // 2:

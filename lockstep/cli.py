@@ -58,13 +58,18 @@ def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
               type=click.Choice(["normal", "partial"]),
               help="partial: the first stream withholds its video, the second speaks a "
                    "confident request (ASR 0.97), the rest are normal.")
+@click.option("--engine", default=None,
+              type=click.Choice(["reference", "cpu", "auto", "openai", "trtllm"]),
+              help="Worker engine. Default: reference (deterministic, describes what the "
+                   "window holds) unless LOCKSTEP_WORKER__ENGINE or --config names one; cpu "
+                   "runs Qwen2.5-VL (docs/engines.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--report", "html_report", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the HTML SLA report (lockstep report) to this file.")
 @click.pass_context
 def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float,
          inject_bad: int, drain: float, metrics_port: int, scenario: str,
-         as_json: bool, html_report: Path | None) -> None:
+         engine: str | None, as_json: bool, html_report: Path | None) -> None:
     """Run every role in one process on synthetic streams and print the SLA report.
 
     Without --bootstrap (and LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS) it starts the embedded
@@ -75,6 +80,11 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
     from lockstep.report import render_demo
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap), metrics={"port": metrics_port})
+    if engine is None and "engine" not in settings.worker.model_fields_set:
+        engine = "reference"
+    if engine is not None:
+        settings = settings.model_copy(
+            update={"worker": settings.worker.model_copy(update={"engine": engine})})
     options = DemoOptions(streams=streams, seconds=seconds, inject_bad=inject_bad,
                           drain_s=drain, scenario=scenario, html_report=html_report)
     report = run_async(run_demo(settings, options))

@@ -124,12 +124,15 @@ def render_html(summary: Summary, *, title: str = "Lockstep SLA report",
                       [[e(r), f"{n:.0f}", f"{n / total * 100:.1f}%"]
                        for r, n in summary.routes.items()], [False, True, True]))
     out.append("<h2>Token ledger</h2><p>Every token consumed ends in exactly one of window, "
-               "late or deadletter (or is counted a duplicate).</p>")
-    outcomes = sorted({o for per in summary.ledger.values() for o in per})
-    out.append(_table(["modality", *outcomes, "total"],
-                      [[e(m), *(f"{per.get(o, 0):.0f}" for o in outcomes),
-                        f"{sum(per.values()):.0f}"] for m, per in summary.ledger.items()],
-                      [False, *([True] * (len(outcomes) + 1))]))
+               "late or deadletter (or is counted a duplicate); <code>published</code> is "
+               "what producers in these processes had acknowledged.</p>")
+    outcomes = sorted({o for per in summary.ledger.values() for o in per} - {"published"})
+    out.append(_table(["modality", "published", *outcomes, "settled"],
+                      [[e(m), f"{per.get('published', 0):.0f}",
+                        *(f"{per.get(o, 0):.0f}" for o in outcomes),
+                        f"{sum(per.get(o, 0) for o in outcomes):.0f}"]
+                       for m, per in summary.ledger.items()],
+                      [False, *([True] * (len(outcomes) + 2))]))
     if summary.lag:
         out.append("<h2>Consumer lag</h2>")
         out.append(_table(["topic", "group", "records"],

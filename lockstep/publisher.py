@@ -98,7 +98,8 @@ async def publish_synthetic(
                 for token in source.due(now_us):
                     future = await prod.send(catalog.MEDIA[token.modality], encode(token),
                                              key=token.stream_id.encode())
-                    future.add_done_callback(_acked(telemetry, token.t_us))
+                    future.add_done_callback(_acked(telemetry, token.t_us,
+                                                    token.modality.value))
                     pending.append(future)
                     report.keys.add(TokenKey(token.stream_id, token.modality, token.seq))
                     report.by_modality[token.modality.value] += 1
@@ -118,10 +119,11 @@ async def publish_synthetic(
     return report
 
 
-def _acked(telemetry: Telemetry, capture_us: int) -> Any:
+def _acked(telemetry: Telemetry, capture_us: int, modality: str) -> Any:
     def done(future: asyncio.Future[Any]) -> None:
         if not future.cancelled() and future.exception() is None:
             telemetry.stage("publish", max(0.0, (time.time_ns() // 1000 - capture_us) / 1e6))
+            telemetry.token(modality, "published")  # the ledger's left-hand side
     return done
 
 
@@ -260,4 +262,5 @@ class Publisher:
                 if self._telemetry is not None:  # under the lock: callbacks run in any thread
                     self._telemetry.stage(
                         "publish", max(0.0, (time.time_ns() // 1000 - capture_us) / 1e6))
+                    self._telemetry.token(modality, "published")
         return done

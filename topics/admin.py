@@ -82,6 +82,8 @@ def ensure_topics(
                     raise BrokerError(f"creating topic {name} failed: {exc.args[0].str()}") from exc
                 report.existing.append(name)
     report.existing.extend(s.name for s in specs if s.name in existing)
+    if report.created:  # a created topic shows in metadata a moment after the reply
+        wait_for_partitions(admin, report.created, timeout_s)
     report.states = verify_topics(admin, specs, timeout_s)
     return report
 

@@ -70,6 +70,17 @@ def test_demo_json_accounts_for_every_token_on_apache_kafka(apache_kafka: str) -
     _check_demo_report(report, streams=2, bad=3)
 
 
+def test_demo_runs_the_vision_language_model_on_the_cpu_engine() -> None:
+    result = _cli("demo", "--json", "--engine", "cpu", "--streams", "1", "--seconds", "2",
+                  timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["engine"] == "cpu"
+    assert report["windows"] == report["responses"] > 0
+    statuses = report["responses_by_status"]
+    assert set(statuses) <= {"ok", "expired"} and sum(statuses.values()) == report["responses"]
+
+
 def test_topics_create_is_idempotent_and_describe_verifies(apache_kafka: str) -> None:
     first = _cli("topics", "create", "--bootstrap", apache_kafka)
     assert first.returncode == 0, first.stderr

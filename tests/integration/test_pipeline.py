@@ -59,7 +59,10 @@ def _settings(bootstrap: str) -> Settings:
     return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
                                 "fetch_max_wait_ms": 10},
                          worker={"engine": "reference"}, app_id="lockstep-test",
-                         metrics={"enabled": False})
+                         metrics={"enabled": False},
+                         # These tests are about the ledger and the routes, not about how
+                         # fast a shared CI machine is: no window should be shed as late.
+                         slo={"classes": {"cabin": {"e2e_ms": 10_000.0, "fps": 30.0}}})
 
 
 async def test_every_token_is_settled_and_every_window_answered(any_broker: str) -> None:
@@ -101,8 +104,7 @@ async def test_every_token_is_settled_and_every_window_answered(any_broker: str)
         # A window answered too late to matter is shed by the worker, never silently.
         assert (response.status == "ok" and response.output) or (
             response.status == "expired" and response.detail), response
-    answered = [r for r in ledger.responses.values() if r.status == "ok"]
-    assert len(answered) >= 0.5 * len(ledger.responses)
+    assert all(r.status == "ok" for r in ledger.responses.values())
     stats = telemetry.stage_stats()
     assert {"publish", "transport", "align", "route", "queue", "infer", "respond",
             "e2e"} <= set(stats)
