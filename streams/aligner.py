@@ -12,7 +12,8 @@ Per stream:
 * Windows tile the corrected timeline without gaps or overlaps. With video they are anchored
   on frames: a window runs from the end of the previous one to halfway to the next anchor
   frame (every ``stride``-th frame when the rate is sampled down). Without video they follow
-  a fixed hop. Other modalities are paired with the anchor (:mod:`streams.matching`).
+  a fixed hop. Other modalities are paired with the anchor (:mod:`streams.matching`) and
+  the window assembled (:mod:`streams.assemble`).
 * A window is emitted as soon as every expected modality has passed its end (its watermark,
   or its cadence says its next token falls later), or when its deadline expires — then it
   is partial and names what is missing. It never waits past the deadline.
@@ -25,37 +26,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from streams.alignstate import DENSE, AlignOutput, Rejected, Stream, TokenKey
-from streams.matching import Item, match_audio, match_ocr, match_sensors
+from streams.alignstate import DENSE, AlignOutput, Plan, Rejected, Stream, TokenKey
+from streams.assemble import WindowAssembler
+from streams.matching import Item
 from streams.settings import AlignSettings
 from streams.timebase import Timebase
-from topics.schemas import (
-    AudioToken,
-    LateToken,
-    Modality,
-    ModalityState,
-    Timeline,
-    Token,
-    VideoToken,
-    Window,
-    trusted,
-)
+from topics.schemas import LateToken, Modality, Token, Window
 
 __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
 
 #: ``window_seq`` of hop windows (streams without video) starts here, above any frame seq.
 HOP_BASE = 1 << 62
+#: Modalities paired with the anchor whose pairing needs settled clocks (OCR holds a while).
+_PAIRED = (Modality.AUDIO, Modality.SENSOR)
 _EVICTED_MEMORY = 100_000
-
-
-@dataclass
-class _Plan:
-    start: int
-    end: int
-    anchor: int
-    frame: Item | None
-    seq: int
-    certain: bool  # the end is fixed by a known next anchor, not predicted
 
 
 @dataclass
@@ -71,6 +55,8 @@ class Aligner:
     #: agent). Streams wait for them even before their first token of that modality.
     backlogged: frozenset[Modality] = frozenset()
     _evicted: dict[str, int] = field(default_factory=dict)
+    #: Before this wall time no stream has anything due (the minimum of their ``wake_us``).
+    _wake_us: int = 0
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -84,7 +70,9 @@ class Aligner:
         self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
                              for m in Modality}
         self._timebase = Timebase(s)
+        self._assembler = WindowAssembler(self.tolerance_us, self.ocr_ttl_us, self.slo_class)
         self.settle_points = s.settle_points
+        self.max_buffered = s.max_buffered_tokens
 
     # -- public ------------------------------------------------------------------------
 
@@ -105,6 +93,7 @@ class Aligner:
             self._catching_up = value
             for st in self._streams.values():
                 st.wake_us = 0  # deadlines apply again (or no longer): re-plan on next poll
+            self._wake_us = 0
 
     @property
     def open_windows(self) -> int:
@@ -129,36 +118,43 @@ class Aligner:
                 TokenKey(token.stream_id, token.modality, token.seq),
                 f"t_us {token.t_us} is more than {self.max_future_us} µs in the future"))
             return out
-        st = self._streams.get(token.stream_id)
+        stream_id = token.stream_id
+        st = self._streams.get(stream_id)
         if st is None:
-            st = self._streams[token.stream_id] = Stream(
-                closed_end=self._evicted.pop(token.stream_id, None))
+            st = self._streams[stream_id] = Stream(
+                closed_end=self._evicted.pop(stream_id, None))
         if st.seen_before(token.modality, token.seq):
-            out.duplicates.append(TokenKey(token.stream_id, token.modality, token.seq))
+            out.duplicates.append(TokenKey(stream_id, token.modality, token.seq))
             return out
         item = Item.of(self._timebase.correct(st, token, now_us,
                                               learn_lag=not self._catching_up), token, now_us)
-        if st.closed_end is not None and item.own < st.closed_end:
+        closed = st.closed_end
+        if closed is not None and item.own < closed:
             out.late.append(LateToken(
-                stream_id=token.stream_id, modality=token.modality, seq=token.seq,
-                t_us=token.t_us, watermark_us=st.closed_end, reason="window already emitted",
+                stream_id=stream_id, modality=token.modality, seq=token.seq,
+                t_us=token.t_us, watermark_us=closed, reason="window already emitted",
                 at_us=now_us, value=raw))
             # It still trained its clock, which can change the next window's plan.
-            st.pending, st.wake_us = None, 0
+            st.pending, st.plan, st.wake_us, self._wake_us = None, None, 0, 0
             if token.modality is Modality.OCR:
                 st.remember([], [item])  # late for its own window, but the caption from now on
             return out
         st.insert(item, now_us)
         if self._may_complete(st, item):
-            out.windows += self._close_ready(token.stream_id, st, now_us, flush=False)
+            out.windows += self._close_ready(stream_id, st, now_us, flush=False)
+        if st.wake_us < self._wake_us:
+            self._wake_us = st.wake_us
         return out
 
     def _may_complete(self, st: Stream, item: Item) -> bool:
         """Whether a new token can change the waiting window (else skip re-planning)."""
         pending = st.pending
         m = item.token.modality
-        if (pending is None or m is Modality.VIDEO or item.t < pending[0]
-                or st.buffered > self.settings.max_buffered_tokens):
+        if pending is None or item.t < pending[0] or st.buffered > self.max_buffered:
+            st.plan = None  # the waiting window itself may change
+            return True
+        if m is Modality.VIDEO:
+            st.plan = _with_frame(st.plan, item)
             return True
         start, end, blocked = pending
         if m in blocked and self._passed(st, m, end):
@@ -167,22 +163,29 @@ class Aligner:
                 return True
             st.pending = (start, end, blocked)
         # Still waiting; the deadline may move with the stream's lag.
-        st.wake_us = min(st.wake_us, self._deadline(st, end))
+        deadline = end + st.lag_us + self.max_wait_us
+        if deadline < st.wake_us:
+            st.wake_us = deadline
         return False
 
     def poll(self, now_us: int) -> AlignOutput:
         """Emit windows whose deadline has passed; evict idle, empty streams."""
         out = AlignOutput()
+        if now_us < self._wake_us:
+            return out  # the usual case: nothing of any stream is due yet
+        wake = 1 << 62
         for stream_id, st in list(self._streams.items()):
-            if now_us < st.wake_us:
-                continue  # nothing of this stream can be due before then
-            out.windows += self._close_ready(stream_id, st, now_us, flush=False)
-            if not st.buffered and now_us - st.last_arrival > 60 * self.idle_us:
-                del self._streams[stream_id]
-                if st.closed_end is not None:
-                    self._evicted[stream_id] = st.closed_end
-                    if len(self._evicted) > _EVICTED_MEMORY:
-                        del self._evicted[next(iter(self._evicted))]
+            if now_us >= st.wake_us:  # else nothing of this stream can be due before then
+                out.windows += self._close_ready(stream_id, st, now_us, flush=False)
+                if not st.buffered and now_us - st.last_arrival > 60 * self.idle_us:
+                    del self._streams[stream_id]
+                    if st.closed_end is not None:
+                        self._evicted[stream_id] = st.closed_end
+                        if len(self._evicted) > _EVICTED_MEMORY:
+                            del self._evicted[next(iter(self._evicted))]
+                    continue
+            wake = min(wake, st.wake_us)
+        self._wake_us = wake
         return out
 
     def flush(self, now_us: int) -> AlignOutput:
@@ -190,6 +193,7 @@ class Aligner:
         out = AlignOutput()
         for stream_id, st in self._streams.items():
             out.windows += self._close_ready(stream_id, st, now_us, flush=True)
+        self._wake_us = 0  # re-plan every stream on the next poll
         return out
 
     def overdue(self, now_us: int) -> list[tuple[str, int]]:
@@ -224,27 +228,30 @@ class Aligner:
                 return False
         return True
 
+    def _stride(self) -> int:
+        return self.stride if self.settings.allow_downsampling else 1
+
     def _deadline(self, st: Stream, end: int) -> int:
         return end + st.lag_us + self.max_wait_us
 
     # -- planning and emission ---------------------------------------------------------
 
-    def _plan(self, st: Stream, now_us: int) -> _Plan | None:
+    def _plan(self, st: Stream, now_us: int) -> Plan | None:
         """The next window of a stream: its bounds and anchor, from what is buffered."""
-        earliest = st.earliest_start()
+        closed = st.closed_end
         # Tile from the last window's end; jump over a long stretch that holds no token.
-        if st.closed_end is None or earliest - st.closed_end > self.hop_us:
-            start = earliest
+        if closed is not None and st.starts_by(closed + self.hop_us):
+            start = closed
         else:
-            start = st.closed_end
+            start = st.earliest_start()
         video = st.buf[Modality.VIDEO]
-        stride = self.stride if self.settings.allow_downsampling else 1
+        stride = self._stride()
         last = st.last_anchor_seq if st.last_anchor_seq is not None else -1
         # A frame anchors at most one window: frames at or below the last anchor's seq
         # (reordered stragglers) are only members.
-        fresh = [i for i in video if i.t >= start and i.token.seq > last]
+        fresh = [i for i in video if i.t >= start and i.seq > last]
         clock = st.clocks.get(Modality.VIDEO)
-        anchors = [i for i in fresh if i.token.seq % stride == 0]
+        anchors = fresh if stride == 1 else [i for i in fresh if i.seq % stride == 0]
         if not anchors and fresh:
             due = clock.time_of(last + stride) if clock is not None and last >= 0 else None
             if due is None or fresh[-1].t > due + self.tolerance_us[Modality.VIDEO]:
@@ -252,17 +259,17 @@ class Aligner:
         video_live = now_us - st.last_seen.get(Modality.VIDEO, -(1 << 62)) <= self.idle_us
         if anchors:
             frame = anchors[0]
-            following = [i for i in anchors[1:] if i.token.seq > frame.token.seq]
+            following = [i for i in anchors[1:] if i.seq > frame.seq]
             if following:
-                return _Plan(start, (frame.t + following[0].t + 1) // 2, frame.t, frame,
-                             frame.token.seq, certain=True)
+                return Plan(start, (frame.t + following[0].t + 1) // 2, frame.t, frame,
+                            frame.seq, certain=True, stride=stride, next_t=following[0].t)
             # No successor yet: a fitted clock predicts it, so the end is known all the same
             # (a frame only lands before it by more jitter than the fit has seen).
             ready_clock = clock is not None and clock.ready
             cadence = (clock.period_us if clock is not None else None) or 1e6 / 24
             nxt = frame.t + stride * cadence
-            return _Plan(start, max(frame.t + 1, int((frame.t + nxt) // 2)), frame.t, frame,
-                         frame.token.seq, certain=ready_clock)
+            return Plan(start, max(frame.t + 1, int((frame.t + nxt) // 2)), frame.t, frame,
+                        frame.seq, certain=ready_clock, stride=stride)
         if video_live and clock is not None and clock.ready and st.last_anchor_seq is not None:
             # The expected frame has not come: a window without video, on the video clock.
             seq = st.last_anchor_seq + stride
@@ -271,12 +278,14 @@ class Aligner:
             if expected is not None and period is not None:
                 anchor = int(expected) - st.offsets.get(Modality.VIDEO, 0)
                 end = max(start + 1, int(anchor + stride * period / 2))
-                return _Plan(start, end, max(start, anchor), None, seq, certain=False)
+                return Plan(start, end, max(start, anchor), None, seq, certain=False,
+                            stride=stride)
         index = start // self.hop_us
         end = (index + 1) * self.hop_us
         if end - start < self.hop_us // 4:
             end += self.hop_us
-        return _Plan(start, end, (start + end) // 2, None, HOP_BASE + index, certain=False)
+        return Plan(start, end, (start + end) // 2, None, HOP_BASE + index, certain=False,
+                    stride=stride)
 
     def _expected(self, st: Stream, now_us: int) -> tuple[frozenset[Modality], frozenset[Modality]]:
         """Modalities to wait for, and modalities a window is partial without.
@@ -284,14 +293,23 @@ class Aligner:
         Wait for the required ones (unless seen and then gone idle) and for every dense
         modality the stream is sending; a dead modality is named missing, never waited for.
         """
-        # In a backlog a modality's records may simply not be fetched yet: none is idle.
-        live = frozenset(m for m, seen in st.last_seen.items() if m in DENSE and (
-            self._catching_up or now_us - seen <= self.idle_us))
-        dead = frozenset(st.last_seen) - live
-        wait = (self.required - dead) | live
+        seen = st.last_seen
         if self._catching_up:
-            wait |= self.backlogged & DENSE
-        return wait, self.required | live
+            # In a backlog a modality's records may simply not be fetched yet: none is idle.
+            live = frozenset([m for m in seen if m in DENSE])
+        elif now_us <= st.expect_until:
+            return st.expect
+        else:
+            idle_before = now_us - self.idle_us
+            live = frozenset([m for m, at in seen.items() if at >= idle_before and m in DENSE])
+        check = self.required | live
+        wait = check if len(live) == len(seen) else (self.required - (seen.keys() - live)) | live
+        if self._catching_up:
+            return wait | (self.backlogged & DENSE), check
+        # This holds until a live modality goes idle, or a token of another one arrives.
+        st.live, st.expect = live, (wait, check)
+        st.expect_until = min(seen[m] for m in live) + self.idle_us if live else 1 << 62
+        return wait, check
 
     def _passed(self, st: Stream, m: Modality, end: int) -> bool:
         mark = st.watermark.get(m)
@@ -299,10 +317,9 @@ class Aligner:
             return False
         if mark >= end + self.grace_us:
             return True
-        clock = st.clocks.get(m)
-        period = clock.period_us if clock is not None and clock.ready else None
         # The next capture is due one period after the last; if even early by the tolerance
         # it lands past the end, this window gets no more of this modality.
+        period = st.clocks[m].ready_period
         return period is not None and mark + period - self.tolerance_us[m] >= end
 
     def _close_ready(self, stream_id: str, st: Stream, now_us: int, *,
@@ -310,36 +327,44 @@ class Aligner:
         windows: list[Window] = []
         st.wake_us = now_us + 60 * self.idle_us  # idle check when nothing is buffered
         st.pending = None
+        # The waiting window's plan holds until a frame, or a token before it, arrives.
+        plan = st.plan if st.plan is not None and st.plan.stride == self._stride() else None
+        st.plan = None
         while st.buffered:
-            plan = self._plan(st, now_us)
             if plan is None:
-                break
+                plan = self._plan(st, now_us)
+                if plan is None:
+                    break
             wait, check = self._expected(st, now_us)
-            if plan.frame is None and Modality.VIDEO in wait:
-                ready = False  # a frame may still come for this slot
+            end = plan.end
+            # Only a token of these (or a frame, or an earlier token) can make the window
+            # ready before its deadline.
+            blocked = frozenset([m for m in wait if m is not Modality.VIDEO
+                                 and not self._passed(st, m, end)])
+            if Modality.VIDEO in wait:
+                # Without its frame a frame may still come for this slot; with it, the end
+                # must be known (the next anchor came, or the clock predicts it).
+                ready = plan.frame is not None and plan.certain and not blocked
             else:
-                ready = (plan.certain or Modality.VIDEO not in wait) and all(
-                    self._passed(st, m, plan.end) for m in wait if m is not Modality.VIDEO)
-            over_budget = st.buffered > self.settings.max_buffered_tokens
-            deadline = self._deadline(st, plan.end)
-            due = now_us >= deadline and not self._catching_up
-            if not (ready or flush or over_budget or due):
+                ready = not blocked
+            deadline = end + st.lag_us + self.max_wait_us
+            if not (ready or flush or st.buffered > self.max_buffered
+                    or (now_us >= deadline and not self._catching_up)):
                 # Until a token arrives (add re-plans), only the deadline or a modality
                 # going idle can change this.
                 st.wake_us = now_us + self.idle_us if self._catching_up else min(
                     deadline, now_us + self.idle_us)
-                # Only a token of these (or a frame, or an earlier token) can make the
-                # window ready before then.
-                st.pending = (plan.start, plan.end, frozenset(
-                    m for m in wait if m is not Modality.VIDEO
-                    and not self._passed(st, m, plan.end)))
+                st.pending = (plan.start, end, blocked)
+                if plan.frame is not None:  # (without one it depends on the time)
+                    st.plan = plan
                 break
             window = self._emit(stream_id, st, plan, check, now_us)
             if window is not None:
                 windows.append(window)
+            plan = None
         return windows
 
-    def _emit(self, stream_id: str, st: Stream, plan: _Plan, expected: frozenset[Modality],
+    def _emit(self, stream_id: str, st: Stream, plan: Plan, expected: frozenset[Modality],
               now_us: int) -> Window | None:
         owned = st.take_until(plan.end)
         st.closed_end = plan.end
@@ -347,51 +372,24 @@ class Aligner:
             return None  # nothing captured in this stretch: no window to infer on
         if plan.frame is not None or plan.seq < HOP_BASE:
             st.last_anchor_seq = plan.seq
-        by_mod: dict[Modality, list[Item]] = {m: [] for m in Modality}
-        for item in owned:
-            by_mod[item.token.modality].append(item)
-        states: dict[Modality, ModalityState] = {}
-        video = plan.frame.token if plan.frame is not None else None
-        if isinstance(video, VideoToken):
-            states[Modality.VIDEO] = trusted(ModalityState,
-                present=True, confidence=video.quality, skew_us=0, matched_seq=video.seq,
-                tokens=len(by_mod[Modality.VIDEO]))
-        audio_view = by_mod[Modality.AUDIO] + st.peek_before(Modality.AUDIO, plan.end)
-        audio_state, audio = match_audio(audio_view, plan.anchor,
-                                         plan.start, plan.end, self.tolerance_us[Modality.AUDIO])
-        sensor_view = by_mod[Modality.SENSOR] + st.peek_after(Modality.SENSOR, plan.anchor)
-        sensor_state, sensors = match_sensors(
-            sensor_view, st.last_sensor, plan.anchor,
-            self.tolerance_us[Modality.SENSOR])
-        ocr_state, ocr = match_ocr(by_mod[Modality.OCR], st.last_ocr, plan.anchor,
-                                   self.ocr_ttl_us)
-        for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
-                         (Modality.OCR, ocr_state)):
-            if state is not None:
-                if state.present and m is not Modality.OCR and not self._settled(st, m):
-                    # Its offset against video is not known yet, or its clock or the video
-                    # clock is still young: the pairing could be off by more than the
-                    # tolerance, so the window is partial rather than misaligned.
-                    state = trusted(ModalityState, **{**state.__dict__, "present": False})
-                states[m] = state
-        st.remember(by_mod[Modality.SENSOR], by_mod[Modality.OCR])
-        missing: list[Modality] = sorted(m for m in expected | frozenset(states)
-                         if m is not Modality.OCR and not (m in states and states[m].present))
-        newest = max((i for i in owned), key=lambda i: i.token.t_us, default=None)
-        return trusted(Window,
-            stream_id=stream_id, window_seq=plan.seq, t_start_us=plan.start,
-            t_end_us=plan.end, anchor_t_us=plan.anchor, slo_class=self.slo_class,
-            modalities=states, missing=missing,
-            members={m: sorted(i.token.seq for i in items)
-                     for m, items in by_mod.items() if items},
-            video=video if isinstance(video, VideoToken) else None,
-            audio=[audio] if audio is not None else [i.token for i in audio_view
-                                                     if isinstance(i.token, AudioToken)],
-            ocr=ocr, sensor=sensors,
-            timeline=trusted(Timeline,
-                capture_us=newest.token.t_us if newest is not None else plan.end,
-                ingest_us=max((i.arrival for i in owned), default=now_us), aligned_us=now_us,
-                routed_us=0, dequeued_us=0, inferred_us=0, responded_us=0),
-        )
+        untrusted = frozenset([m for m in _PAIRED if not self._settled(st, m)])
+        return self._assembler.assemble(stream_id, st, plan, owned, expected, untrusted,
+                                        now_us)
 
 
+def _with_frame(plan: Plan | None, frame: Item) -> Plan | None:
+    """A waiting window's plan once ``frame`` has arrived; None: plan it again.
+
+    Handles the usual case cheaply: every frame anchors (stride 1) and the new frame comes
+    after the window's anchor, where it can only become the next anchor, which fixes the
+    end halfway to it (as :meth:`Aligner._plan` would).
+    """
+    if plan is None or plan.frame is None or plan.stride != 1:
+        return None
+    anchor = plan.frame
+    if frame.seq <= anchor.seq or frame.t <= anchor.t:
+        return None
+    if plan.next_t is not None and frame.t >= plan.next_t:
+        return plan  # the next anchor known already comes first
+    return Plan(plan.start, (anchor.t + frame.t + 1) // 2, plan.anchor, anchor, plan.seq,
+                certain=True, stride=1, next_t=frame.t)

@@ -10,7 +10,7 @@ import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
-from streams.clock import CaptureClock, LagFloor
+from streams.clock import CaptureClock, ClockLag, LagFloor
 from streams.matching import Item
 from topics.schemas import LateToken, Modality, Window
 
@@ -55,6 +55,20 @@ class AlignOutput:
         self.rejected += other.rejected
 
 
+@dataclass(slots=True)
+class Plan:
+    """The next window of a stream: its bounds, anchor and anchor frame."""
+
+    start: int
+    end: int
+    anchor: int
+    frame: Item | None
+    seq: int
+    certain: bool  # the end is fixed by a known next anchor, not predicted
+    stride: int  # the anchor stride it was planned with
+    next_t: int | None = None  # the next anchor's time, when it fixed the end
+
+
 def own_time(item: Item) -> int:
     """The corrected time that decides which window owns a token."""
     return item.own
@@ -70,8 +84,9 @@ class Stream:
     buffered: int = 0
     clocks: dict[Modality, CaptureClock] = field(
         default_factory=lambda: {m: CaptureClock() for m in Modality})
-    lags: dict[Modality, LagFloor] = field(
-        default_factory=lambda: {m: LagFloor() for m in Modality})
+    lags: dict[Modality, ClockLag] = field(
+        default_factory=lambda: {m: ClockLag(size=8 if m is Modality.OCR else 16)
+                                 for m in Modality})
     offsets: dict[Modality, int] = field(default_factory=dict)
     offset_known: set[Modality] = field(default_factory=set)
     watermark: dict[Modality, int] = field(default_factory=dict)
@@ -80,17 +95,27 @@ class Stream:
     last_anchor_seq: int | None = None
     last_sensor: dict[str, Item] = field(default_factory=dict)
     last_ocr: list[Item] = field(default_factory=list)
-    delay: LagFloor = field(default_factory=lambda: LagFloor(quantile=None))
+    delay: LagFloor = field(default_factory=LagFloor)
     lag_us: int = 0
     #: Before this wall time a poll has nothing to do for the stream.
     wake_us: int = 0
     #: The waiting window (start, end, modalities it waits for); None: re-plan on any token.
     pending: tuple[int, int, frozenset[Modality]] | None = None
+    #: The waiting window's plan, while no token that could change it has arrived.
+    plan: Plan | None = None
+    #: The modalities to wait for and to expect in a window (see ``Aligner._expected``),
+    #: valid until ``expect_until`` unless a token of a modality not in ``live`` arrives.
+    expect: tuple[frozenset[Modality], frozenset[Modality]] = (frozenset(), frozenset())
+    expect_until: int = -1
+    live: frozenset[Modality] = frozenset()
     _recent: dict[Modality, tuple[set[int], deque[int]]] = field(default_factory=dict)
 
     def seen_before(self, modality: Modality, seq: int) -> bool:
         """True for a (modality, seq) among the recent ones; remembers it otherwise."""
-        seen, order = self._recent.setdefault(modality, (set(), deque()))
+        recent = self._recent.get(modality)
+        if recent is None:
+            recent = self._recent[modality] = (set(), deque())
+        seen, order = recent
         if seq in seen:
             return True
         seen.add(seq)
@@ -112,22 +137,42 @@ class Stream:
         if mark is None or item.end > mark:
             self.watermark[m] = item.end
         self.last_seen[m] = now_us
+        if m not in self.live:
+            self.expect_until = -1  # it was idle or new: the expected modalities change
         self.last_arrival = now_us
         self.lag_us = self.delay.push(now_us, item.t)
 
+    def starts_by(self, limit: int) -> bool:
+        """Whether a buffered token's capture starts at or before ``limit``."""
+        for m, items in self.buf.items():
+            if items and (items[0].t <= limit or (
+                    m is Modality.AUDIO and any(i.t <= limit for i in items[1:8]))):
+                return True
+        return False
+
     def earliest_start(self) -> int:
         """The earliest capture start buffered (the stream must hold a token)."""
-        return min(i.t for b in self.buf.values() for i in b[:8])
-
-    def take_until(self, end: int) -> list[Item]:
-        """Remove and return every buffered token owned before ``end``."""
-        taken: list[Item] = []
+        earliest = 1 << 62
         for m, items in self.buf.items():
-            cut = bisect.bisect_left(items, end, key=own_time)
-            if cut:
-                taken += items[:cut]
-                self.buf[m] = items[cut:]
-        self.buffered -= len(taken)
+            if not items:
+                continue
+            # Instants are owned by their start, so the first starts first; audio chunks are
+            # owned by their end, so their starts sort only as far as their durations agree.
+            t = min(i.t for i in items[:8]) if m is Modality.AUDIO else items[0].t
+            if t < earliest:
+                earliest = t
+        return earliest
+
+    def take_until(self, end: int) -> dict[Modality, list[Item]]:
+        """Remove and return, per modality, every buffered token owned before ``end``."""
+        taken: dict[Modality, list[Item]] = {}
+        buf = self.buf
+        for m, items in buf.items():
+            if items and items[0].own < end:
+                cut = bisect.bisect_left(items, end, key=own_time)
+                taken[m] = items[:cut]
+                buf[m] = items[cut:]
+                self.buffered -= cut
         return taken
 
     def peek_before(self, m: Modality, end: int) -> list[Item]:

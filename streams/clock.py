@@ -4,13 +4,13 @@ Pure and O(1) per token. A device stamps each capture with ``t_us`` and counts c
 with ``seq`` (including captures dropped before publishing). Capture happens at a steady
 cadence, so ``t ≈ a + b·seq``: :class:`CaptureClock` fits that line by exponentially
 forgotten least squares, which follows slow drift while averaging out timestamp jitter,
-and answers the recovered time of any ``seq``. :class:`OffsetEstimator` estimates how far
-one modality's clock runs ahead of another's from the floor of their transport lags.
+and answers the recovered time of any ``seq``. :class:`ClockLag` measures a modality's
+transport lag against its fit, whose differences between modalities estimate how far one
+clock runs ahead of another; :class:`LagFloor` bounds how early a stream's tokens arrive.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -48,6 +48,8 @@ class CaptureClock:
         self.reset_after = reset_after
         self.resets = 0
         self.outliers = 0
+        self._sigmas2 = outlier_sigmas * outlier_sigmas
+        self._min2 = min_outlier_us * min_outlier_us
         self._clear()
 
     def _clear(self) -> None:
@@ -56,6 +58,7 @@ class CaptureClock:
         self._n = 0
         self._s0 = self._sx = self._sy = self._sxx = self._sxy = self._syy = 0.0
         self._var = 0.0  # weighted residual variance of the fit
+        self._limit2 = self._min2  # squared outlier threshold
         self._a = self._b = 0.0
         self._run = 0
         self._ready = False
@@ -66,17 +69,15 @@ class CaptureClock:
         """True once enough points are fitted and the cadence is regular."""
         return self._ready
 
-    def _update_ready(self) -> None:
-        # The fit is against the capture counter, so it holds even when timestamps jitter
-        # by more than a period; residuals far beyond the period mean the captures are not
-        # periodic at all (event-driven), and such a stream keeps its raw times.
-        self._ready = (self._n >= self.min_points and self._b > 0
-                       and self._var < 2.25 * self._b * self._b)
-
     @property
     def points(self) -> int:
         """Captures fitted since the last (re)start."""
         return self._n
+
+    @property
+    def ready_period(self) -> float | None:
+        """The fitted period once the clock is ready, else None."""
+        return self._b if self._ready else None
 
     @property
     def period_us(self) -> float | None:
@@ -95,24 +96,35 @@ class CaptureClock:
             return None
         return self._y0 + self._a + self._b * (seq - self._x0)
 
+    def line(self) -> tuple[int, int, float, float] | None:
+        """The fit as ``(x0, y0, a, b)``: ``t = y0 + a + b·(seq - x0)``; None while not ready."""
+        if not self._ready or self._x0 is None:
+            return None
+        return self._x0, self._y0, self._a, self._b
+
+    def time_at(self, seq: int) -> float:
+        """The fit's time of ``seq``, ready or not (see :meth:`time_of`)."""
+        return self._y0 + self._a + self._b * (seq - (self._x0 or 0))
+
     def update(self, seq: int, t_us: int) -> int:
         """Fit one (seq, t) point and return the token's recovered capture time."""
         last = self._last_seq
         if last is not None and seq < last - 10_000:
             self._restart()  # the counter wrapped or the device restarted
             last = None
-        if self._x0 is None:
-            self._x0, self._y0 = seq, t_us
-        if seq - self._x0 > 100_000:
-            self._rebase(seq - self._x0)
-        x, y = float(seq - self._x0), float(t_us - self._y0)
+        x0 = self._x0
+        if x0 is None:
+            self._x0 = x0 = seq
+            self._y0 = t_us
+        elif seq - x0 > 100_000:
+            self._rebase(seq - x0)
+            x0 = seq  # the new origin
+        x, y = float(seq - x0), float(t_us - self._y0)
+        a, b = self._a, self._b
         n = self._n
         if n >= self.min_points:
-            residual = y - (self._a + self._b * x)
-            limit = self.outlier_sigmas * math.sqrt(self._var)
-            if limit < self.min_outlier_us:
-                limit = self.min_outlier_us
-            if residual > limit or -residual > limit:
+            residual = y - a - b * x
+            if residual * residual > self._limit2:
                 self.outliers += 1
                 self._run += 1
                 if self._run >= self.reset_after:
@@ -127,20 +139,25 @@ class CaptureClock:
         sxx = self._sxx = f * self._sxx + x * x
         sxy = self._sxy = f * self._sxy + x * y
         syy = self._syy = f * self._syy + y * y
-        n = self._n = n + 1
+        self._n = n = n + 1
         if last is None or seq > last:
             self._last_seq = seq
         det = s0 * sxx - sx * sx
         if n >= 2 and det > 1e-9:
-            b = self._b = (s0 * sxy - sx * sy) / det
-            a = self._a = (sy - b * sx) / s0
-            dof = s0 - 2.0 if s0 > 3.0 else 1.0
-            var = (syy - a * sy - b * sxy) / dof
-            self._var = var if var > 0.0 else 0.0
-        self._update_ready()
+            self._b = b = (s0 * sxy - sx * sy) / det
+            self._a = a = (sy - b * sx) / s0
+            var = (syy - a * sy - b * sxy) / (s0 - 2.0 if s0 > 3.0 else 1.0)
+            self._var = var = var if var > 0.0 else 0.0
+            # Outliers lie beyond outlier_sigmas sigma and beyond min_outlier_us (squared).
+            limit2 = self._sigmas2 * var
+            self._limit2 = limit2 if limit2 > self._min2 else self._min2
+            # The fit is against the capture counter, so it holds even when timestamps
+            # jitter by more than a period; residuals far beyond the period mean the
+            # captures are not periodic at all (event-driven): those keep their raw times.
+            self._ready = n >= self.min_points and b > 0 and var < 2.25 * b * b
         if not self._ready:
             return t_us
-        return round(self._y0 + self._a + self._b * x)
+        return round(self._y0 + a + b * x)
 
     def _rebase(self, dx: int) -> None:
         """Move the origin ``dx`` captures later, keeping the fit (bounds float error)."""
@@ -161,63 +178,128 @@ class CaptureClock:
         self._clear()
 
 
-class _SlidingMin:
-    """Minimum of the last ``size`` values, O(1) amortised (monotonic deque)."""
+class LagFloor:
+    """The floor of ``arrival - capture`` over the last ``size`` tokens (sliding minimum).
 
-    def __init__(self, size: int) -> None:
+    It bounds how early a stream's tokens can arrive: transport lag plus clock offset.
+    O(1) amortised: a deque of (index, lag) whose lags increase from the front.
+    """
+
+    def __init__(self, size: int = 256) -> None:
         self._size = size
         self._count = 0
         self._q: deque[tuple[int, int]] = deque()
-
-    def push(self, value: int) -> int:
-        while self._q and self._q[-1][1] >= value:
-            self._q.pop()
-        self._q.append((self._count, value))
-        if self._q[0][0] <= self._count - self._size:
-            self._q.popleft()
-        self._count += 1
-        return self._q[0][1]
-
-    @property
-    def count(self) -> int:
-        return self._count
-
-
-class LagFloor:
-    """The floor of ``arrival - capture`` over recent tokens: transport lag plus clock offset.
-
-    ``value``, the minimum over a sliding window, bounds how early tokens can arrive (used
-    for deadlines). ``low``, a low quantile of the same window, is the steadier statistic
-    for comparing two modalities of one stream: their difference estimates the clock offset,
-    provided they travel alike.
-    """
-
-    def __init__(self, size: int = 256, quantile: float | None = 0.1, every: int = 16) -> None:
-        self._min = _SlidingMin(size)
-        self._ring: list[int] = []
-        self._ring_size = min(size, 128)
-        self._quantile = quantile
-        self._every = every
         self.value: int | None = None
-        self.low: int | None = None
 
     def push(self, arrival_us: int, capture_us: int) -> int:
         """Add one observation; return the current floor."""
         lag = arrival_us - capture_us
-        n = self._min.count
-        self.value = self._min.push(lag)
-        if self._quantile is not None:
-            ring = self._ring
-            if len(ring) < self._ring_size:
-                ring.append(lag)
-            else:
-                ring[n % self._ring_size] = lag
-            if n < 16 or (n + 1) % self._every == 0:
-                k = int(self._quantile * (len(ring) - 1))
-                self.low = heapq.nsmallest(k + 1, ring)[-1]
-        return self.value
+        q = self._q
+        while q and q[-1][1] >= lag:
+            q.pop()
+        count = self._count
+        q.append((count, lag))
+        if q[0][0] <= count - self._size:
+            q.popleft()
+        self._count = count + 1
+        self.value = value = q[0][1]
+        return value
 
     @property
     def samples(self) -> int:
         """Observations seen."""
-        return self._min.count
+        return self._count
+
+
+class ClockLag:
+    """A low quantile of ``arrival - recovered capture`` over a modality's recent tokens.
+
+    Each token's ``seq`` and arrival are kept, and the lags are measured against the
+    clock's *current* fit, not the fit the token met on arrival. The difference of two
+    modalities' figures estimates their clock offset (provided they travel alike); because
+    both are measured on the fits in use, the estimate also cancels what is left of the
+    fits' intercept error, which is what pairing across modalities needs.
+
+    Args:
+        size: Tokens kept (a ring).
+        quantile: The quantile taken; low, since transport delay only adds.
+        every: Tokens between recomputations while the fit is young (its slope still
+            moves); the first 16 recompute each time.
+        every_later: Tokens between recomputations once ``young`` tokens have come since
+            the clock's last restart.
+    """
+
+    def __init__(self, size: int = 16, quantile: float = 0.1, every: int = 4,
+                 every_later: int = 32, young: int = 256) -> None:
+        self._seqs: list[int] = []
+        self._arrivals: list[int] = []
+        self._size = size
+        self._quantile = quantile
+        self._every = every
+        self._every_later = every_later
+        self._young = young
+        self._count = 0
+        self._resets = 0
+        #: (seq, fitted time of seq, low lag) at the last recomputation.
+        self._ref: tuple[int, float, float] | None = None
+        #: The low lag as last computed (None while the clock is not ready).
+        self.low: int | None = None
+
+    @property
+    def samples(self) -> int:
+        """Tokens kept (the clock's restarts clear them)."""
+        return len(self._seqs)
+
+    def push(self, seq: int, arrival_us: int, clock: CaptureClock) -> int | None:
+        """Add one token (``arrival_us``: when it could leave, after its capture's end).
+
+        Returns:
+            The current low lag (µs) against the clock's fit; None while it is not ready.
+        """
+        if clock.resets != self._resets:  # the old seqs mean nothing to the new fit
+            self._resets = clock.resets
+            self._seqs.clear()
+            self._arrivals.clear()
+            self._ref = None
+            self._count = 0
+        seqs = self._seqs
+        count = self._count
+        if len(seqs) < self._size:
+            seqs.append(seq)
+            self._arrivals.append(arrival_us)
+        else:
+            slot = count % self._size
+            seqs[slot] = seq
+            self._arrivals[slot] = arrival_us
+        self._count = count = count + 1
+        every = self._every if count < self._young else self._every_later
+        if count <= 16 or count % every == 0 or self._ref is None:
+            self._measure(clock)
+        return self.current(clock)
+
+    def current(self, clock: CaptureClock) -> int | None:
+        """The low lag against the fit as it is now (None while the clock is not ready).
+
+        Between recomputations, the fit's move at the seq measured last is applied: the
+        fit shifts a little with every token, and a stale figure would undo its correction.
+        """
+        ref = self._ref
+        if ref is None or not clock.ready:
+            self.low = None
+        else:
+            seq, then, low = ref
+            self.low = round(low + then - clock.time_at(seq))
+        return self.low
+
+    def _measure(self, clock: CaptureClock) -> None:
+        line = clock.line()
+        if line is None:
+            self._ref = None
+            return
+        x0, y0, a, b = line
+        # Lags less the fit's constant part (y0 + a), which shifts them all alike.
+        lags = sorted([arr - b * (seq - x0) for seq, arr in zip(
+            self._seqs, self._arrivals, strict=True)])
+        low = lags[int(self._quantile * (len(lags) - 1))] - y0 - a
+        last = self._seqs[(self._count - 1) % self._size]
+        self._ref = (last, y0 + a + b * (last - x0), low)

@@ -16,13 +16,16 @@ import numpy as np
 from topics.media import PCM_FORMATS
 from topics.schemas import AudioToken, ModalityState, OcrToken, SensorToken, Token, trusted
 
+_SAMPLE_BYTES = {encoding: np.dtype(spec[0]).itemsize for encoding, spec in PCM_FORMATS.items()}
+
 
 @dataclass(slots=True)
 class Item:
     """A buffered token with its corrected capture time and its arrival.
 
     ``end`` is the corrected end of the capture (audio chunks last; the rest are instants);
-    ``own`` the time that decides which window owns the token (a chunk's last sample).
+    ``own`` the time that decides which window owns the token (a chunk's last sample);
+    ``seq`` the token's (kept at hand for the hot path).
     """
 
     t: int
@@ -30,14 +33,15 @@ class Item:
     arrival: int
     end: int
     own: int
+    seq: int
 
     @classmethod
     def of(cls, t: int, token: Token, arrival: int) -> Item:
         """The item of a token captured at corrected time ``t``."""
         if isinstance(token, AudioToken):
             end = t + token.duration_us
-            return cls(t, token, arrival, end, end - 1)
-        return cls(t, token, arrival, t, t)
+            return cls(t, token, arrival, end, end - 1, token.seq)
+        return cls(t, token, arrival, t, t, token.seq)
 
 
 
@@ -53,54 +57,70 @@ def match_audio(items: Sequence[Item], anchor: int, start: int, end: int,
     """Pair audio with the anchor and cut the window's audio out of the chunks.
 
     PCM chunks are cut to exactly ``[start, end)`` at sample resolution, with silence where
-    no chunk covers; compressed chunks are passed whole.
+    no chunk covers; compressed chunks are passed whole. The match is the chunk nearest
+    the anchor (0 when it covers it), the earlier one on a tie.
     """
-    chunks = [i for i in items if i.end > start and i.t < end]
-    if not chunks:
+    chunks: list[Item] = []
+    best: Item | None = None
+    skew = 0
+    confidence: float | None = None
+    for c in items:
+        if c.end <= start or c.t >= end:
+            continue
+        chunks.append(c)
+        d = c.t - anchor if anchor < c.t else (anchor - c.end if anchor > c.end else 0)
+        if best is None or d < skew or (d == skew and c.t < best.t):
+            best, skew = c, d
+        conf = c.token.asr_confidence if isinstance(c.token, AudioToken) else None
+        if conf is not None and (confidence is None or conf > confidence):
+            confidence = conf
+    if best is None:
         return None, None
-    best = min(chunks, key=lambda i: (distance(anchor, i.t, i.end), i.t))
-    skew = distance(anchor, best.t, best.end)
     token = best.token
     assert isinstance(token, AudioToken)
-    confs = [c.token.asr_confidence for c in chunks if isinstance(c.token, AudioToken)
-             and c.token.asr_confidence is not None]
     state = trusted(ModalityState,
-        present=skew <= tolerance, confidence=max(confs) if confs else None, skew_us=skew,
+        present=skew <= tolerance, confidence=confidence, skew_us=skew,
         matched_seq=token.seq, tokens=len(chunks))
-    return state, _cut(chunks, start, end)
+    return state, _cut(chunks, start, end, confidence)
 
 
-def _cut(chunks: Sequence[Item], start: int, end: int) -> AudioToken | None:
+def _cut(chunks: Sequence[Item], start: int, end: int,
+         confidence: float | None) -> AudioToken | None:
     first = chunks[0].token
     assert isinstance(first, AudioToken)
     spec = PCM_FORMATS.get(first.encoding)
-    dtype = spec[0] if spec is not None else None
-    same = all(isinstance(c.token, AudioToken) and c.token.encoding == first.encoding
-               and c.token.sample_rate == first.sample_rate
-               and c.token.channels == first.channels for c in chunks)
-    if dtype is None or not same:
+    if spec is None:
         return None
-    rate, channels = first.sample_rate, first.channels
-    n = max(1, round((end - start) * rate / 1_000_000))
-    out = np.zeros((n, channels), dtype=dtype)
+    rate, channels, encoding = first.sample_rate, first.channels, first.encoding
+    texts = []
+    pieces = []  # (corrected start, PCM bytes)
     for c in chunks:
         tok = c.token
-        assert isinstance(tok, AudioToken)
-        pcm = np.frombuffer(tok.data, dtype=dtype).reshape(-1, channels)
-        offset = round((c.t - start) * rate / 1_000_000)  # chunk's first sample in the window
-        lo, hi = max(0, offset), min(n, offset + len(pcm))
+        if not (isinstance(tok, AudioToken) and tok.encoding == encoding
+                and tok.sample_rate == rate and tok.channels == channels):
+            return None
+        if tok.asr_text:
+            texts.append(tok.asr_text)
+        pieces.append((c.t, tok.data))
+    frame = _SAMPLE_BYTES[encoding] * channels
+    n = max(1, round((end - start) * rate / 1_000_000))
+    # Byte slices rather than numpy: the arrays are a few hundred samples, where numpy's
+    # per-call overhead is most of the cost.
+    out = bytearray(n * frame)
+    for t, pcm in pieces:
+        offset = round((t - start) * rate / 1_000_000)  # chunk's first sample in the window
+        lo = offset if offset > 0 else 0
+        hi = offset + len(pcm) // frame
+        if hi > n:
+            hi = n
         if lo < hi:
-            out[lo:hi] = pcm[lo - offset:hi - offset]
+            out[lo * frame:hi * frame] = memoryview(pcm)[(lo - offset) * frame:
+                                                         (hi - offset) * frame]
     duration = round(n * 1_000_000 / rate)
     return trusted(AudioToken, stream_id=first.stream_id, seq=first.seq, t_us=start,
-                      encoding=first.encoding, sample_rate=rate, channels=channels,
-                      duration_us=duration, data=out.tobytes(), modality=first.modality,
-                      asr_confidence=max((c.token.asr_confidence for c in chunks
-                                          if isinstance(c.token, AudioToken)
-                                          and c.token.asr_confidence is not None), default=None),
-                      asr_text=" ".join(c.token.asr_text for c in chunks
-                                        if isinstance(c.token, AudioToken) and c.token.asr_text)
-                      or None)
+                   encoding=encoding, sample_rate=rate, channels=channels,
+                   duration_us=duration, data=bytes(out), modality=first.modality,
+                   asr_confidence=confidence, asr_text=" ".join(texts) or None)
 
 
 def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
@@ -111,37 +131,47 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
     are within ``tolerance``·4 of each other; else the nearest reading within tolerance.
     """
     around: dict[str, list[Item | None]] = {}  # name -> [last at or before, first after]
-    for item in (*previous.values(), *items):
-        token = item.token
-        if not isinstance(token, SensorToken):
-            continue
-        slot = around.get(token.name)
-        if slot is None:
-            slot = around[token.name] = [None, None]
-        if item.t <= anchor:
-            if slot[0] is None or item.t > slot[0].t:
-                slot[0] = item
-        elif slot[1] is None or item.t < slot[1].t:
-            slot[1] = item
+    count = 0  # sensor tokens among ``items``
+    for source in (previous.values(), items):
+        for item in source:
+            token = item.token
+            if not isinstance(token, SensorToken):
+                continue
+            count += source is items
+            slot = around.get(token.name)
+            if slot is None:
+                slot = around[token.name] = [None, None]
+            t = item.t
+            if t <= anchor:
+                if slot[0] is None or t > slot[0].t:
+                    slot[0] = item
+            elif slot[1] is None or t < slot[1].t:
+                slot[1] = item
     values: list[SensorToken] = []
     nearest: Item | None = None  # the reported match: the reading nearest the anchor
+    nearest_gap = 0
     skew: int | None = None  # 0 for a value interpolated at the anchor
-    for name in sorted(around):
+    for name in sorted(around) if len(around) > 1 else around:
         before, after = around[name]
-        near = min((i for i in (before, after) if i is not None),
-                   key=lambda i: abs(i.t - anchor))
+        # Ties go to the reading before the anchor.
+        if after is None or (before is not None and anchor - before.t <= after.t - anchor):
+            near = before
+        else:
+            near = after
+        assert near is not None
+        near_gap = abs(near.t - anchor)
         value = _interpolate(before, after, anchor, tolerance)
-        if nearest is None or abs(near.t - anchor) < abs(nearest.t - anchor):
-            nearest = near
-        if value is None and abs(near.t - anchor) <= tolerance:
+        if nearest is None or near_gap < nearest_gap:
+            nearest, nearest_gap = near, near_gap
+        if value is None and near_gap <= tolerance:
             token = near.token
             assert isinstance(token, SensorToken)
-            value, gap = token, abs(near.t - anchor)
+            value, gap = token, near_gap
         else:
             gap = 0
         if value is not None:
             values.append(value)
-            skew = gap if skew is None else min(skew, gap)
+            skew = gap if skew is None or gap < skew else skew
     if nearest is None:
         return None, []
     near_token = nearest.token
@@ -149,8 +179,8 @@ def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
     confs = [v.confidence for v in values if v.confidence is not None]
     state = trusted(
         ModalityState, present=bool(values), confidence=min(confs) if confs else None,
-        skew_us=abs(nearest.t - anchor) if skew is None else skew, matched_seq=near_token.seq,
-        tokens=sum(1 for i in items if isinstance(i.token, SensorToken)))
+        skew_us=nearest_gap if skew is None else skew, matched_seq=near_token.seq,
+        tokens=count)
     return state, values
 
 
@@ -163,19 +193,30 @@ def _interpolate(before: Item | None, after: Item | None, anchor: int,
     if len(bt.values) != len(at.values):
         return None
     w = (anchor - before.t) / (after.t - before.t)
-    vals = [float(x + w * (y - x)) for x, y in zip(bt.values, at.values, strict=True)]
-    return trusted(SensorToken, **{**bt.__dict__, "t_us": anchor, "values": vals})
+    values = dict(bt.__dict__)
+    values["t_us"] = anchor
+    values["values"] = [float(x + w * (y - x)) for x, y in zip(bt.values, at.values, strict=True)]
+    return trusted(SensorToken, **values)
 
 
 def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
               ttl: int) -> tuple[ModalityState | None, list[OcrToken]]:
     """The OCR tokens valid at the anchor: the latest capture at or before it, within TTL."""
-    candidates = [i for i in (*previous, *items)
-                  if isinstance(i.token, OcrToken) and i.t <= anchor and anchor - i.t <= ttl]
-    if not candidates:
+    oldest = anchor - ttl
+    latest = oldest - 1
+    valid: list[Item] = []  # the captures at ``latest``
+    for source in (previous, items):
+        for i in source:
+            t = i.t
+            if oldest <= t <= anchor and t >= latest and isinstance(i.token, OcrToken):
+                if t > latest:
+                    latest, valid = t, [i]
+                else:
+                    valid.append(i)
+    if not valid:
         return None, []
-    latest = max(i.t for i in candidates)
-    valid = sorted((i for i in candidates if i.t == latest), key=lambda i: i.token.seq)
+    if len(valid) > 1:
+        valid.sort(key=lambda i: i.seq)
     tokens = [i.token for i in valid if isinstance(i.token, OcrToken)]
     state = trusted(ModalityState, present=True,
                           confidence=sum(t.confidence for t in tokens) / len(tokens),

@@ -187,6 +187,38 @@ def test_audio_clock_offset_is_estimated_from_transport_lag() -> None:
                for w in late)
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_estimated_offsets_keep_jittered_sensor_readings_paired_with_the_nearest(
+        seed: int) -> None:
+    # Both clocks jitter (sigma 8 ms) and transport adds 2 ms + an exponential 3 ms tail;
+    # the fits' leftover intercept errors would pair a reading past the midpoint.
+    rng = np.random.default_rng(seed)
+    period, phase = 10_000, 4_000
+    feed: list[tuple[int, Token]] = []
+    for i in range(300):
+        true = START + i * P
+        feed.append((true + 2000 + int(rng.exponential(3000)),
+                     video(seq=i, t_us=true + int(rng.normal(0, 8000)))))
+    for k in range(1000):
+        true = START + phase + k * period
+        feed.append((true + 2000 + int(rng.exponential(3000)),
+                     sensor(seq=k, t_us=true + int(rng.normal(0, 8000)))))
+    al, out = _aligner(required=("video",)), AlignOutput()
+    for arrival, token in sorted(feed, key=lambda x: x[0]):
+        out.extend(al.poll(arrival))
+        out.extend(al.add(token, arrival))
+    excess = []  # how much further from the true anchor than the nearest reading (µs)
+    for w in out.windows:
+        state = w.modalities.get(Modality.SENSOR)
+        if w.window_seq < 60 or w.video is None or state is None or not state.present:
+            continue
+        anchor = w.window_seq * P - phase
+        assert state.matched_seq is not None
+        ideal = min(abs(k * period - anchor) for k in range(1000))
+        excess.append(abs(state.matched_seq * period - anchor) - ideal)
+    assert len(excess) > 200 and max(excess) <= 2000
+
+
 def test_stream_without_video_uses_hop_windows() -> None:
     al = _aligner(required=("audio",), hop_ms=100)
     out = _feed(al, [audio(seq=i, t_us=START + i * 20_000) for i in range(30)])

@@ -190,6 +190,15 @@ def test_lockstep_pairs_a_fault_free_feed_without_misalignment() -> None:
     assert report["misaligned_by_modality"]["lockstep"]["sensor"] < 0.01
 
 
+def test_lockstep_misaligns_under_one_percent_of_windows_where_the_baseline_is_far_worse(
+) -> None:
+    # The configuration: 4 streams x 20 s, seed 7, the default fault spectrum.
+    report = run_align_bench(AlignBenchOptions(repeats=1))
+    assert report["misaligned_rate"]["lockstep"] <= 0.01
+    assert report["misaligned_rate"]["baseline"] >= 0.5
+    assert report["ledger"]["lockstep"]["unaccounted"] == 0
+
+
 def test_bench_report_scores_both_aligners_on_the_same_feed() -> None:
     report = run_align_bench(AlignBenchOptions(streams=1, seconds=2, seed=5, repeats=1))
     for side in ("lockstep", "baseline"):

@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+from streams.clock import CaptureClock, ClockLag, LagFloor
+
+pytestmark = pytest.mark.unit
+
+PERIOD = 10_000
+T0 = 1_800_000_000_000_000
+
+
+def _fitted(points: int = 20, lag: int = 3_000) -> tuple[CaptureClock, ClockLag]:
+    """A clock fitted on exact stamps, and lags of tokens arriving ``lag`` µs after them."""
+    clock, lags = CaptureClock(), ClockLag(size=16, every=4)
+    for seq in range(points):
+        clock.update(seq, T0 + seq * PERIOD)
+        lags.push(seq, T0 + seq * PERIOD + lag, clock)
+    return clock, lags
+
+
+def test_capture_clock_recovers_capture_times_from_jittered_stamps() -> None:
+    rng = np.random.default_rng(1)
+    clock = CaptureClock()
+    errors = []
+    for seq in range(400):
+        recovered = clock.update(seq, T0 + seq * PERIOD + int(rng.normal(0, 8_000)))
+        if seq >= 200:
+            errors.append(abs(recovered - (T0 + seq * PERIOD)))
+    assert clock.ready and clock.period_us == pytest.approx(PERIOD, abs=30)
+    assert max(errors) < 3_000  # the raw stamps are off by up to ~25 ms
+
+
+def test_clock_lag_is_the_low_lag_against_the_fit() -> None:
+    _, lags = _fitted(lag=3_000)
+    assert lags.low == 3_000 and lags.samples == 16
+
+
+def test_clock_lag_follows_the_fit_without_new_samples() -> None:
+    clock, lags = _fitted()
+    before = lags.current(clock)
+    fitted = clock.time_of(19)
+    for seq in range(20, 40):  # the stamps move 2 ms later; no lag is pushed
+        clock.update(seq, T0 + seq * PERIOD + 2_000)
+    moved = clock.time_of(19)
+    assert before is not None and fitted is not None and moved is not None and moved > fitted
+    assert lags.current(clock) == pytest.approx(before - (moved - fitted), abs=1)
+
+
+def test_clock_lag_forgets_its_samples_when_the_clock_restarts() -> None:
+    clock, lags = _fitted()
+    for seq in range(20, 24):  # the device clock jumps by a second: the fit restarts
+        clock.update(seq, T0 + seq * PERIOD + 1_000_000)
+    assert clock.resets == 1
+    assert lags.push(24, T0 + 24 * PERIOD, clock) is None
+    assert lags.samples == 1
+
+
+def test_lag_floor_is_the_minimum_over_its_window() -> None:
+    floor = LagFloor(size=3)
+    assert [floor.push(arrival, 0) for arrival in (5, 2, 7, 8, 9)] == [5, 2, 2, 2, 7]
