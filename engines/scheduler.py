@@ -14,9 +14,10 @@ policy against a real engine, and the bench drives the three below on the same t
   engine's expected latency for a batch one larger than now (P95, from
   :class:`~engines.latency.LatencyModel`) plus a margin, or when the oldest request has
   waited ``max_queue_delay_us``.
-- Batch formation: greedily, in order, keep a request if the batch with it still finishes
-  before every member's deadline. If a degraded level (fewer output tokens, fewer vision
-  tokens) lets more requests make their deadline, use it, and share that level's token
+- Batch formation: among the candidates "the first n requests that finish in time in a
+  batch of n" at each degradation level (fewer output tokens, fewer vision tokens), take
+  the one that strands the fewest requests (left out and unable to finish even in the
+  next batch), then the one that serves the most; a degraded batch shares its level's token
   budget by uncertainty (``entropy * (1 - confidence)``, at least one token each).
 - Shedding: a request that cannot finish in time even alone at the most degraded level is
   returned as expired (the worker answers it with status ``expired``), never dropped.
@@ -34,6 +35,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
+
+import numpy as np
 
 from engines.base import WorkItem
 from engines.latency import LatencyModel
@@ -228,22 +231,13 @@ class DeadlineScheduler(_Queue[H]):
 
     def _form(self, now_us: int) -> Batch[H]:
         cfg = self.config
-        levels = range(len(cfg.token_fractions)) if cfg.degrade else range(1)
-        reachable = min(len(self._queue), cfg.max_batch)
-        best: tuple[int, list[Pending[H]]] | None = None
-        for level in levels:
-            members = self._greedy(now_us, level)
-            if best is None or len(members) > len(best[1]):
-                best = (level, members)
-            if len(members) >= reachable:
-                break
-        assert best is not None  # levels is never empty
-        level, members = best
+        queue = self._queue
+        reachable = min(len(queue), cfg.max_batch)
+        level, members = self._choose(now_us)
         if not members:  # nothing can make it (shedding off): serve the most urgent anyway
-            members = self._queue[:reachable]
-            level = 0
+            members, level = queue[:reachable], 0
         chosen = {id(p) for p in members}
-        self._queue = [p for p in self._queue if id(p) not in chosen]
+        self._queue = [p for p in queue if id(p) not in chosen]
         if level == 0:
             return self._full_service(members)
         cap = cfg.tokens_at(level)
@@ -252,19 +246,39 @@ class DeadlineScheduler(_Queue[H]):
                  for p, t in zip(members, tokens, strict=True)]
         return Batch(items, members, level, self.latency.expected_us(len(members), level))
 
-    def _greedy(self, now_us: int, level: int) -> list[Pending[H]]:
+    def _choose(self, now_us: int) -> tuple[int, list[Pending[H]]]:
+        """The (level, members) that loses the fewest requests, then serves the most.
+
+        Candidates, per level and batch size ``n``: the first ``n`` requests in order that
+        finish in time in a batch of ``n``. A candidate *loses* the requests it leaves out
+        that could not finish even in the batch after it (alone, at the most degraded
+        level); losses and service are weighted by ``1 + priority``. Ties go to less
+        degradation, then to the smaller (faster) batch.
+        """
         cfg = self.config
-        members: list[Pending[H]] = []
-        tightest = math.inf
-        for p in self._queue:
-            if len(members) >= cfg.max_batch:
-                break
-            deadline = min(tightest, p.request.deadline_us)
-            finish = now_us + self.latency.expected_us(len(members) + 1, level) + cfg.margin_us
-            if finish <= deadline:
-                members.append(p)
-                tightest = deadline
-        return members
+        queue = self._queue
+        deadlines = np.fromiter((p.request.deadline_us for p in queue), np.int64, len(queue))
+        weights = np.fromiter((1.0 + p.request.priority for p in queue), np.float64,
+                              len(queue))
+        levels = range(len(cfg.token_fractions)) if cfg.degrade else range(1)
+        after = self.latency.expected_us(1, levels[-1]) + cfg.margin_us
+        best: tuple[float, float] | None = None
+        choice: tuple[int, np.ndarray] = (0, np.empty(0, np.intp))
+        for level in levels:
+            for n in range(1, min(len(queue), cfg.max_batch) + 1):
+                took = np.flatnonzero(deadlines >= now_us + self._finish(n, level))[:n]
+                done = now_us + self.latency.expected_us(max(len(took), 1), level)
+                left = np.ones(len(queue), bool)
+                left[took] = False
+                lost = float(weights[left & (deadlines < done + after)].sum())
+                key = (-lost, float(weights[took].sum()))
+                if best is None or key > best:
+                    best, choice = key, (level, took)
+        level, took = choice
+        return level, [queue[i] for i in took]
+
+    def _finish(self, n: int, level: int) -> int:
+        return self.latency.expected_us(n, level) + self.config.margin_us
 
 
 class FifoBatcher(_Queue[H]):

@@ -231,3 +231,15 @@ def test_latency_model_uses_the_prior_until_it_has_samples() -> None:
     assert m.expected_us(4) == 9 * MS
     m.observe(4, 30 * MS)
     assert m.expected_us(4) == 9 * MS  # one sample is not a distribution yet
+
+
+def test_the_batch_that_strands_fewest_requests_wins_over_the_biggest() -> None:
+    s = _sched(max_batch=8, degrade=False, max_queue_delay_us=0)
+    # Two requests due in 13 ms fit only in a batch of at most 2 (12 ms + 1 ms margin);
+    # six loose ones could fill a batch of 6 (16 ms) but would strand the two.
+    for i in range(2):
+        s.admit(i, request(i, deadline_us=T0 + 13 * MS), T0)
+    for i in range(2, 8):
+        s.admit(i, request(i, deadline_us=T0 + 300 * MS), T0)
+    batch = s.poll(T0, free_slots=1).batch
+    assert batch is not None and sorted(p.handle for p in batch.members) == [0, 1]
