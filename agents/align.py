@@ -34,7 +34,7 @@ class AlignTask:
 
     def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
         slo = settings.slo
-        self.aligner = Aligner(settings.align, slo.default_class)
+        self.aligner = Aligner(settings.align, slo.class_of)
         self.rate = RateController(
             max_stride=settings.align.max_stride,
             enabled=settings.align.allow_downsampling

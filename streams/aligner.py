@@ -23,7 +23,7 @@ Per stream:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from streams.alignstate import DENSE, AlignOutput, Plan, Rejected, Stream, TokenKey
@@ -47,7 +47,8 @@ class Aligner:
     """Aligns the tokens of many streams; one instance per align task."""
 
     settings: AlignSettings
-    slo_class: str
+    #: The SLO class of every stream, or a function of the stream id (``slo.class_of``).
+    slo_class: str | Callable[[str], str]
     stride: int = 1
     _streams: dict[str, Stream] = field(default_factory=dict)
     _catching_up: bool = False
@@ -70,7 +71,9 @@ class Aligner:
         self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
                              for m in Modality}
         self._timebase = Timebase(s)
-        self._assembler = WindowAssembler(self.tolerance_us, self.ocr_ttl_us, self.slo_class)
+        fixed = self.slo_class
+        class_of = (lambda _: fixed) if isinstance(fixed, str) else fixed
+        self._assembler = WindowAssembler(self.tolerance_us, self.ocr_ttl_us, class_of)
         self.settle_points = s.settle_points
         self.max_buffered = s.max_buffered_tokens
 

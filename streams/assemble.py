@@ -8,6 +8,8 @@ present are named missing. Records are built without re-validation (the hot path
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from streams.alignstate import DENSE, Plan, Stream
 from streams.matching import Item, match_audio, match_ocr, match_sensors
 from topics.schemas import (
@@ -29,14 +31,23 @@ class WindowAssembler:
     Args:
         tolerance_us: Matching tolerance per modality.
         ocr_ttl_us: How long an OCR capture stays valid when nothing replaces it.
-        slo_class: The SLO class the windows carry.
+        class_of: The SLO class a stream's windows carry.
     """
 
     def __init__(self, tolerance_us: dict[Modality, int], ocr_ttl_us: int,
-                 slo_class: str) -> None:
+                 class_of: Callable[[str], str]) -> None:
         self._tolerance_us = tolerance_us
         self._ocr_ttl_us = ocr_ttl_us
-        self._slo_class = slo_class
+        self._class_of = class_of
+        self._classes: dict[str, str] = {}
+
+    def _slo_class(self, stream_id: str) -> str:
+        slo_class = self._classes.get(stream_id)
+        if slo_class is None:
+            if len(self._classes) > 100_000:  # bounded, whatever ids the input carries
+                self._classes.clear()
+            slo_class = self._classes[stream_id] = self._class_of(stream_id)
+        return slo_class
 
     def assemble(self, stream_id: str, st: Stream, plan: Plan, owned: dict[Modality, list[Item]],
                  expected: frozenset[Modality], untrusted: frozenset[Modality],
@@ -101,7 +112,7 @@ class WindowAssembler:
             seqs.sort()
         return trusted(Window,
             stream_id=stream_id, window_seq=plan.seq, t_start_us=plan.start,
-            t_end_us=plan.end, anchor_t_us=plan.anchor, slo_class=self._slo_class,
+            t_end_us=plan.end, anchor_t_us=plan.anchor, slo_class=self._slo_class(stream_id),
             modalities=states, missing=missing,
             members=members,
             video=video if isinstance(video, VideoToken) else None,

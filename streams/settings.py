@@ -7,6 +7,7 @@ Nothing is read at import time: call :func:`load_settings`.
 
 from __future__ import annotations
 
+import fnmatch
 import ssl
 import tempfile
 from pathlib import Path
@@ -286,15 +287,28 @@ class SloSettings(_Section):
     #: class's e2e budget leaves after the other stages of :data:`E2E_STAGES`).
     stages_ms: dict[str, Annotated[float, Field(gt=0.0)]] = Field(default_factory=dict)
     breach: BreachSettings = Field(default_factory=BreachSettings)
+    #: The class each stream declares: stream-id glob pattern → class, first match wins
+    #: (``{"or-*" = "surgical", "hud-*" = "ar"}``); other streams take ``default_class``.
+    streams: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _default_exists(self) -> SloSettings:
         if self.default_class not in self.classes:
             raise ValueError(f"slo.default_class {self.default_class!r} is not in slo.classes")
+        unknown = sorted(set(self.streams.values()) - set(self.classes))
+        if unknown:
+            raise ValueError(f"slo.streams names classes not in slo.classes: {unknown}")
         for name in self.classes:
             if self.stage_budget_ms("infer", name) <= 0:
                 raise ValueError(f"slo class {name!r}: the stage budgets exceed its e2e budget")
         return self
+
+    def class_of(self, stream_id: str) -> str:
+        """The SLO class ``stream_id`` declares through ``slo.streams`` (or the default)."""
+        for pattern, slo_class in self.streams.items():
+            if fnmatch.fnmatchcase(stream_id, pattern):
+                return slo_class
+        return self.default_class
 
     def budget_ms(self, slo_class: str) -> float:
         """The e2e budget of a class, falling back to the default class."""

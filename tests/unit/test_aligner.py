@@ -366,3 +366,14 @@ def test_a_backlog_read_topic_by_topic_sends_nothing_late_while_catching_up() ->
     out.extend(al.flush(now))
     assert out.late == []
     assert sum(len(s) for w in out.windows for s in w.members.values()) == len(tokens)
+
+
+def test_windows_carry_the_slo_class_their_stream_declares() -> None:
+    classes = {"or": "surgical", "car": "cabin"}
+    al = Aligner(AlignSettings(max_wait_ms=10), lambda sid: classes[sid])
+    out = AlignOutput()
+    for sid in classes:
+        out.extend(_feed(al, [video(stream=sid, seq=i, t_us=START + i * P) for i in range(6)]))
+    out.extend(al.poll(START + 10 * P))
+    by_stream = {w.stream_id: w.slo_class for w in out.windows}
+    assert by_stream == classes

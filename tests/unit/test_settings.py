@@ -81,3 +81,15 @@ def test_settings_are_frozen() -> None:
     s = Settings()
     with pytest.raises(ValueError, match="frozen"):
         s.align.tolerance_ms = 3  # type: ignore[misc]
+
+
+def test_streams_declare_their_slo_class_by_id_pattern_first_match_wins() -> None:
+    slo = load_settings(slo={"streams": {"or-*": "surgical", "hud-*": "ar", "*-ar": "cabin"}}).slo
+    assert slo.class_of("or-7") == "surgical"
+    assert slo.class_of("hud-left-ar") == "ar"  # the first pattern that matches
+    assert slo.class_of("car-2") == "cabin" == slo.default_class
+
+
+def test_a_stream_pattern_must_name_a_known_class() -> None:
+    with pytest.raises(ConfigError, match=r"not in slo\.classes"):
+        load_settings(slo={"streams": {"or-*": "theatre"}})
