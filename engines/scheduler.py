@@ -12,8 +12,9 @@ policy against a real engine, and the bench drives the three below on the same t
   the earlier arrival.
 - Dispatch when the batch is full, when the most urgent request's slack falls below the
   engine's expected latency for a batch one larger than now (P95, from
-  :class:`~engines.latency.LatencyModel`) plus a margin, or when the oldest request has
-  waited ``max_queue_delay_us``.
+  :class:`~engines.latency.LatencyModel`) plus a margin, when the oldest request has
+  waited ``max_queue_delay_us``, or at once when the engine is free and, at the recent
+  arrival rate, not even one more request is expected before the batch would be due.
 - Batch formation: among the candidates "the first n requests that finish in time in a
   batch of n" at each degradation level (fewer output tokens, fewer vision tokens), take
   the one that strands the fewest requests (left out and unable to finish even in the
@@ -183,9 +184,26 @@ class DeadlineScheduler(_Queue[H]):
     """Lockstep's policy: EDF with priority lead, latency-model dispatch, degrade, shed."""
 
     name = "lockstep"
+    #: Weight of the newest inter-arrival gap in the arrival-rate estimate.
+    RATE_ALPHA = 0.1
+    #: Arrivals seen before the rate is trusted.
+    MIN_GAPS = 8
+
+    def __init__(self, config: SchedulerConfig, latency: LatencyModel | None = None) -> None:
+        super().__init__(config, latency)
+        self._gap_us = 0.0  # mean inter-arrival (EWMA); unknown rate: assume company comes
+        self._last_arrival_us: int | None = None
+        self._gaps = 0
 
     def admit(self, handle: H, request: Request, now_us: int) -> None:
         """Queue a request in virtual-deadline order."""
+        if self._last_arrival_us is not None:
+            gap = max(0, now_us - self._last_arrival_us)
+            self._gaps += 1
+            # The first gaps set the estimate; then it moves by RATE_ALPHA per arrival.
+            alpha = max(self.RATE_ALPHA, 1.0 / self._gaps)
+            self._gap_us += alpha * (gap - self._gap_us)
+        self._last_arrival_us = now_us
         lead = int(request.priority * self.config.priority_lead_us)
         order = (request.deadline_us - lead, -request.priority, next(self._arrivals))
         bisect.insort(self._queue, self._pending(handle, request, now_us, order),
@@ -206,7 +224,10 @@ class DeadlineScheduler(_Queue[H]):
         oldest = min(p.arrived_us for p in queue)
         grow = self.latency.expected_us(min(n + 1, cfg.max_batch)) + cfg.margin_us
         due = min(head_deadline - grow, oldest + cfg.max_queue_delay_us)
-        if n < cfg.max_batch and now_us < due:
+        # Waiting only pays when company is expected before the batch is due: with the
+        # engine idle and fewer than one arrival expected by then, go now.
+        sparse = self._gaps >= self.MIN_GAPS and (due - now_us) < self._gap_us
+        if n < cfg.max_batch and now_us < due and not sparse:
             return Decision(None, expired, due if wake is None else min(due, wake))
         batch = self._form(now_us)
         return Decision(batch, expired, None)

@@ -243,3 +243,18 @@ def test_the_batch_that_strands_fewest_requests_wins_over_the_biggest() -> None:
         s.admit(i, request(i, deadline_us=T0 + 300 * MS), T0)
     batch = s.poll(T0, free_slots=1).batch
     assert batch is not None and sorted(p.handle for p in batch.members) == [0, 1]
+
+
+def test_goes_at_once_when_no_company_is_expected_before_the_batch_is_due() -> None:
+    sparse = _sched(max_queue_delay_us=10 * MS)
+    dense = _sched(max_batch=16, max_queue_delay_us=10 * MS)
+    for i in range(10):  # one request every 100 ms, each served alone
+        sparse.admit(i, request(i, deadline_us=T0 + (i * 100 + 500) * MS), T0 + i * 100 * MS)
+        batch = sparse.poll(T0 + i * 100 * MS, free_slots=1).batch
+        assert (batch is not None) == (i >= 8)  # once the rate is known, no pointless wait
+        while sparse.poll(T0 + i * 100 * MS + 20 * MS, free_slots=1).batch is not None:
+            pass
+    for i in range(10):  # one every millisecond: company is coming, wait for it
+        dense.admit(i, request(i, deadline_us=T0 + 500 * MS), T0 + i * MS)
+    assert dense.poll(T0 + 9 * MS, free_slots=1).batch is None
+    assert dense.poll(T0 + 10 * MS, free_slots=1).batch is not None  # max delay reached
