@@ -2,11 +2,12 @@
 
 Decodes each request and admits it into the pool's :class:`~engines.dispatcher.Dispatcher`
 (deadline- and priority-aware batching, see :mod:`engines.scheduler`). When the admission
-queue is full it pauses the topic's partitions until the queue has drained to half, so
-memory stays bounded whatever the backlog. Events are acknowledged by hand (the stream is
-``noack``): only once the response, or the dead-letter record of a request the engine
-could not process, has been acknowledged by the broker. A request shed because it can no
-longer meet its deadline is answered with status ``expired``.
+queue is full the agent stops taking events until the queue has drained to half; the
+topic's channel is bounded at the same size, so Faust then stops fetching the partitions
+(flow control), and memory stays bounded whatever the backlog. Events are acknowledged by
+hand (the stream is ``noack``): only once the response, or the dead-letter record of a
+request the engine could not process, has been acknowledged by the broker. A request shed
+because it can no longer meet its deadline is answered with status ``expired``.
 """
 
 from __future__ import annotations
@@ -110,21 +111,13 @@ class WorkerTask:
                 await self.outbox.dead_letter(event, error)
                 continue
             if self.dispatcher.full:
-                await self._backpressure()
+                # Stop taking events: the topic's channel (bounded at max_queue) fills and
+                # Faust stops fetching its partitions until it drains. (Faust's own
+                # pause_partitions drops records already fetched for a paused partition.)
+                log.info("admission queue full, reading paused", extra={
+                    "stage": STAGE, "pool": self.pool, "topic": self.topic})
+                await self.dispatcher.wait_space()
             self.dispatcher.admit(event, request)
-
-    async def _backpressure(self) -> None:
-        """Pause this pool's partitions until the queue has drained to half its bound."""
-        assert self.dispatcher is not None
-        consumer = self.app.consumer
-        paused = [tp for tp in consumer.assignment() if tp.topic == self.topic]
-        consumer.pause_partitions(paused)
-        log.info("admission queue full, paused %d partitions", len(paused),
-                 extra={"stage": STAGE, "pool": self.pool, "topic": self.topic})
-        try:
-            await self.dispatcher.wait_space()
-        finally:
-            consumer.resume_partitions(paused)
 
     async def _deliver(self, outcomes: list[Outcome[Event]]) -> None:
         for outcome in outcomes:
@@ -195,7 +188,9 @@ async def _time_sizes(engine: Engine, latency: LatencyModel, config: SchedulerCo
 def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> WorkerTask:
     """Register the worker agent of ``settings.worker.pool`` on ``app``."""
     task = WorkerTask(app, settings, telemetry)
-    requests = app.topic(task.topic, key_serializer="raw", value_serializer="raw")
+    # A bounded channel: when it is full Faust stops fetching the topic's partitions.
+    requests = app.topic(task.topic, key_serializer="raw", value_serializer="raw",
+                         maxsize=settings.worker.max_queue)
 
     @app.agent(requests, name=f"lockstep.worker.{task.pool}")
     async def worker(stream: StreamT[bytes]) -> None:

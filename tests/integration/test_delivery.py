@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -130,3 +131,66 @@ async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_
     assert sorted(seq for _, seq in observer.ledger.responses) == [1, 3, 4]
     [dead] = observer.ledger.dead_letters
     assert dead.stage == "worker" and "cannot read window 2" in dead.reason
+
+
+class SlowEngine(Engine):
+    """Takes 30 ms a batch, whatever its size."""
+
+    name = "slow"
+
+    async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
+        await asyncio.sleep(0.03)
+        return [InferenceResult(f"ok {i.request.window.window_seq}", {}) for i in batch]
+
+
+async def test_a_full_admission_queue_holds_reading_back_and_loses_nothing(
+        apache_kafka: str) -> None:
+    pool = "bounded"
+    settings = load_settings(
+        kafka={"bootstrap_servers": apache_kafka, "session_timeout_ms": 6000,
+               "fetch_max_wait_ms": 10},
+        topics={"pools": ("vl", pool)}, app_id="lockstep-delivery", metrics={"enabled": False},
+        worker={"pool": pool, "engine": "reference", "max_queue": 4, "max_batch": 2,
+                "warmup": False})
+    await prepare_topics(settings, create=True)
+    observer = Observer(settings.kafka, keep=lambda sid: sid == "bp")
+    await observer.start()
+    roles = await start_roles(settings, ["worker"], Telemetry())
+    task = roles.workers[0]
+    assert task.dispatcher is not None
+    task.engine = task.dispatcher.engine = SlowEngine()
+    await task.engine.start()
+    policy = task.dispatcher.policy
+    depths: list[int] = []
+    admit = policy.admit
+
+    def counting_admit(handle: Any, request: Request, now_us: int) -> None:
+        admit(handle, request, now_us)
+        depths.append(policy.depth)
+
+    policy.admit = counting_admit  # type: ignore[method-assign]  # a spy on the real queue
+    producer = AIOKafkaProducer(bootstrap_servers=apache_kafka, linger_ms=5)
+    await producer.start()
+    try:
+        for seq in range(1, 41):
+            record = _request(pool)
+            record = record.model_copy(update={
+                "window": record.window.model_copy(update={"stream_id": "bp",
+                                                           "window_seq": seq})})
+            await producer.send(catalog.requests_topic(pool), encode(record), key=b"bp",
+                                partition=seq % 4)
+        await producer.flush()
+
+        async def answered() -> None:
+            while len(observer.ledger.responses) < 40:
+                observer.changed.clear()
+                await observer.changed.wait()
+
+        await asyncio.wait_for(answered(), timeout=60)
+    finally:
+        await producer.stop()
+        await roles.stop()
+        await observer.stop()
+    assert roles.crash_reason is None
+    assert sorted(seq for _, seq in observer.ledger.responses) == list(range(1, 41))
+    assert max(depths) == 4  # the queue filled up, and never grew past its bound
