@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -42,12 +42,23 @@ def _settings(bootstrap: str, pool: str) -> Settings:
                          metrics={"enabled": False})
 
 
-def _request(pool: str) -> Request:
-    window = Window(stream_id="d", window_seq=1, t_start_us=T0, t_end_us=T0 + 1, anchor_t_us=T0,
-                    slo_class="cabin", modalities={Modality.VIDEO: ModalityState(present=True)},
+def _request(pool: str, seq: int = 1, stream: str = "d") -> Request:
+    window = Window(stream_id=stream, window_seq=seq, t_start_us=T0, t_end_us=T0 + 1,
+                    anchor_t_us=T0, slo_class="cabin",
+                    modalities={Modality.VIDEO: ModalityState(present=True)},
                     missing=[], members={}, timeline=Timeline(capture_us=T0, routed_us=T0))
     return Request(window=window, route="full", pool=pool, priority=0.5,
                    deadline_us=wall_us() + 60_000_000)
+
+
+async def _until(observer: Observer, done: Callable[[], bool], timeout_s: float = 60) -> None:
+    """Wait until ``done()`` holds, checking each time the observer reads something."""
+    async def settled() -> None:
+        while not done():
+            observer.changed.clear()
+            await observer.changed.wait()
+
+    await asyncio.wait_for(settled(), timeout=timeout_s)
 
 
 async def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
@@ -112,17 +123,11 @@ async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_
     await producer.start()
     try:
         for seq in range(1, 5):
-            request = _request(pool).model_copy(update={"window": _request(pool).window.model_copy(
-                update={"window_seq": seq})})
-            await producer.send(catalog.requests_topic(pool), encode(request), key=b"d",
-                                partition=0)
+            await producer.send(catalog.requests_topic(pool), encode(_request(pool, seq)),
+                                key=b"d", partition=0)
         await producer.flush()
-        async def settled() -> None:
-            while len(observer.ledger.responses) < 3 or not observer.ledger.dead_letters:
-                observer.changed.clear()
-                await observer.changed.wait()
-
-        await asyncio.wait_for(settled(), timeout=60)
+        ledger = observer.ledger
+        await _until(observer, lambda: len(ledger.responses) >= 3 and bool(ledger.dead_letters))
     finally:
         await producer.stop()
         await roles.stop()
@@ -173,20 +178,11 @@ async def test_a_full_admission_queue_holds_reading_back_and_loses_nothing(
     await producer.start()
     try:
         for seq in range(1, 41):
-            record = _request(pool)
-            record = record.model_copy(update={
-                "window": record.window.model_copy(update={"stream_id": "bp",
-                                                           "window_seq": seq})})
-            await producer.send(catalog.requests_topic(pool), encode(record), key=b"bp",
+            await producer.send(catalog.requests_topic(pool),
+                                encode(_request(pool, seq, stream="bp")), key=b"bp",
                                 partition=seq % 4)
         await producer.flush()
-
-        async def answered() -> None:
-            while len(observer.ledger.responses) < 40:
-                observer.changed.clear()
-                await observer.changed.wait()
-
-        await asyncio.wait_for(answered(), timeout=60)
+        await _until(observer, lambda: len(observer.ledger.responses) >= 40)
     finally:
         await producer.stop()
         await roles.stop()
