@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
+from typing import Self
 
 from lockstep.errors import EngineError, EngineTimeout
 from streams.telemetry import Telemetry
@@ -180,7 +181,7 @@ class Engine(ABC):
     async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
         """Run the model on a batch; one result per item, in order."""
 
-    async def __aenter__(self) -> Engine:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -209,8 +210,3 @@ def probe_request(width: int = 128, height: int = 96) -> Request:
                     timeline=Timeline(capture_us=t0))
     return Request(window=window, route="full", pool="probe", priority=0.0,
                    deadline_us=t0 + 1_000_000)
-
-
-def as_items(requests: Sequence[Request], max_new_tokens: int = 32) -> list[WorkItem]:
-    """Wrap requests as full-service work items."""
-    return [WorkItem(r, max_new_tokens=max_new_tokens) for r in requests]

@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem, as_items
+from engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
 from engines.dispatcher import Dispatcher, Outcome
 from engines.latency import LatencyModel, LatencyPrior
 from engines.reference import ReferenceEngine, describe
@@ -15,9 +15,14 @@ from lockstep.errors import EngineError, EngineTimeout
 from streams.synthetic import SyntheticConfig, SyntheticStream
 from streams.telemetry import Telemetry
 from tests.factories import T0, audio, ocr, request, sensor, video
-from topics.schemas import Modality
+from topics.schemas import Modality, Request
 
 pytestmark = pytest.mark.unit
+
+
+def as_items(requests: Sequence[Request]) -> list[WorkItem]:
+    """Full-service work items of ``requests``."""
+    return [WorkItem(r) for r in requests]
 
 
 class FakeEngine(SimulatedEngine):

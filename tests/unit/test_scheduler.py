@@ -178,7 +178,7 @@ def test_batch1_serves_one_at_a_time_in_arrival_order() -> None:
     b: SingleBatcher[int] = SingleBatcher(SchedulerConfig(max_batch=8))
     for i in range(3):
         b.admit(i, request(i, deadline_us=T0 + (3 - i) * MS), T0)
-    handles = []
+    handles: list[int] = []
     while (batch := b.poll(T0, free_slots=1).batch) is not None:
         handles.extend(p.handle for p in batch.members)
     assert handles == [0, 1, 2]
