@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterable
 from typing import cast
 
@@ -22,8 +21,8 @@ import faust
 from faust.types import EventT, StreamT
 
 from agents.outbox import Outbox, wall_us
-from engines.base import Engine, ItemFailure, WorkItem, probe_request
-from engines.dispatcher import Dispatcher, Outcome
+from engines.base import ItemFailure
+from engines.dispatcher import Dispatcher, Outcome, warm_up
 from engines.latency import LatencyModel, LatencyPrior
 from engines.registry import create_engine
 from engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
@@ -31,7 +30,6 @@ from engines.worker import build_response
 from lockstep.errors import BadInput
 from streams.settings import Settings
 from streams.telemetry import Telemetry
-from streams.worker_settings import WorkerSettings
 from topics import catalog
 from topics.codec import decode_as
 from topics.schemas import Request, Response
@@ -39,17 +37,6 @@ from topics.schemas import Request, Response
 log = logging.getLogger(__name__)
 STAGE = "worker"
 Event = EventT[bytes]
-
-
-def scheduler_config(settings: WorkerSettings, max_batch: int) -> SchedulerConfig:
-    """The batching policy's knobs from the worker settings (``max_batch`` capped by the engine)."""
-    return SchedulerConfig(
-        max_batch=max_batch, max_queue=settings.max_queue,
-        max_queue_delay_us=int(settings.max_wait_ms * 1000),
-        margin_us=int(settings.margin_ms * 1000),
-        priority_lead_us=int(settings.priority_lead_ms * 1000),
-        full_tokens=settings.max_new_tokens, token_fractions=settings.degrade_fractions,
-        degrade=settings.degrade, shed=settings.shed)
 
 
 class WorkerTask:
@@ -65,7 +52,7 @@ class WorkerTask:
         self.telemetry = telemetry
         self.outbox = Outbox(app, STAGE)
         self.max_bytes = settings.kafka.max_record_bytes
-        self.config = scheduler_config(ws, ws.max_batch)
+        self.config = SchedulerConfig.from_settings(ws, ws.max_batch)
         self.dispatcher: Dispatcher[Event] | None = None
 
     async def start(self) -> None:
@@ -73,7 +60,7 @@ class WorkerTask:
         await self.engine.start()
         ws = self.settings.worker
         caps = self.engine.capabilities
-        self.config = scheduler_config(ws, min(ws.max_batch, caps.max_batch))
+        self.config = SchedulerConfig.from_settings(ws, min(ws.max_batch, caps.max_batch))
         latency = LatencyModel(LatencyPrior(), token_fractions=ws.degrade_fractions)
         if ws.warmup:
             await warm_up(self.engine, latency, self.config)
@@ -150,39 +137,6 @@ class WorkerTask:
         await self.outbox.send(request.reply_topic or catalog.RESPONSES,
                                response.stream_id.encode(), response, ack=[event],
                                on_delivered=delivered)
-
-
-async def warm_up(engine: Engine, latency: LatencyModel, config: SchedulerConfig,
-                  rounds: int = 3) -> None:
-    """Time the engine on batches of 1, 2, 4 … ``max_batch`` at each degradation level.
-
-    The timings seed the latency model; they are kept out of the ``infer`` metrics.
-    """
-    sizes = sorted({min(2**k, config.max_batch) for k in range(13)
-                    if 2**k <= 2 * config.max_batch})
-    request = probe_request()
-    # A cold or contended machine may be slow at first: warming up must not crash the role.
-    telemetry, engine.telemetry = engine.telemetry, None
-    timeout_s, engine.timeout_s = engine.timeout_s, max(engine.timeout_s, 60.0)
-    try:
-        await _time_sizes(engine, latency, config, request, sizes, rounds)
-    finally:
-        engine.telemetry, engine.timeout_s = telemetry, timeout_s
-
-
-async def _time_sizes(engine: Engine, latency: LatencyModel, config: SchedulerConfig,
-                      request: Request, sizes: list[int], rounds: int) -> None:
-    levels = range(len(config.token_fractions)) if config.degrade else range(1)
-    for level in levels:
-        tokens = config.tokens_at(level)
-        for size in sizes:
-            items = [WorkItem(request, max_new_tokens=tokens, reduce_vision=level > 0,
-                              level=level)] * size
-            await engine.infer(items)  # the first call of a shape allocates; not timed
-            for _ in range(rounds):
-                begin = time.perf_counter()
-                await engine.infer(items)
-                latency.observe(size, int((time.perf_counter() - begin) * 1e6), level)
 
 
 def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> WorkerTask:

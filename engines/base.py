@@ -20,9 +20,11 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Self
 
+import numpy as np
+
 from lockstep.errors import EngineError, EngineTimeout
 from streams.telemetry import Telemetry
-from topics.schemas import Request
+from topics.schemas import Modality, ModalityState, Request, Timeline, VideoToken, Window
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +198,6 @@ class Engine(ABC):
 
 def probe_request(width: int = 128, height: int = 96) -> Request:
     """A full-route request with a noise frame, for warming engines up and timing them."""
-    import numpy as np
-
-    from topics.schemas import Modality, ModalityState, Timeline, VideoToken, Window
     t0 = 1_700_000_000_000_000
     pixels = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
     frame = VideoToken(stream_id="probe", seq=0, t_us=t0, format="rgb24", width=width,

@@ -13,12 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
-from engines.scheduler import Batch, BatchPolicy, Pending
+from engines.base import (
+    Engine,
+    InferenceResult,
+    ItemFailure,
+    ItemResult,
+    WorkItem,
+    probe_request,
+)
+from engines.latency import LatencyModel
+from engines.scheduler import Batch, BatchPolicy, Pending, SchedulerConfig
 from streams.telemetry import Telemetry
 from topics.schemas import Request
 
@@ -185,3 +194,35 @@ class Dispatcher(Generic[H]):
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             raise self._failure
+
+
+async def warm_up(engine: Engine, latency: LatencyModel, config: SchedulerConfig,
+                  rounds: int = 3) -> None:
+    """Time the engine on batches of 1, 2, 4 … ``max_batch`` at each degradation level.
+
+    The timings seed the latency model; they are kept out of the ``infer`` metrics.
+    """
+    sizes = sorted({min(2**k, config.max_batch) for k in range(13)
+                    if 2**k <= 2 * config.max_batch})
+    request = probe_request()
+    # A cold or contended machine may be slow at first: warming up must not crash the role.
+    telemetry, engine.telemetry = engine.telemetry, None
+    timeout_s, engine.timeout_s = engine.timeout_s, max(engine.timeout_s, 60.0)
+    try:
+        await _time_sizes(engine, latency, config, request, sizes, rounds)
+    finally:
+        engine.telemetry, engine.timeout_s = telemetry, timeout_s
+
+
+async def _time_sizes(engine: Engine, latency: LatencyModel, config: SchedulerConfig,
+                      request: Request, sizes: list[int], rounds: int) -> None:
+    for level in config.levels:
+        tokens = config.tokens_at(level)
+        for size in sizes:
+            items = [WorkItem(request, max_new_tokens=tokens, reduce_vision=level > 0,
+                              level=level)] * size
+            await engine.infer(items)  # the first call of a shape allocates; not timed
+            for _ in range(rounds):
+                begin = time.perf_counter()
+                await engine.infer(items)
+                latency.observe(size, int((time.perf_counter() - begin) * 1e6), level)

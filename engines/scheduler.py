@@ -41,6 +41,7 @@ import numpy as np
 
 from engines.base import WorkItem
 from engines.latency import LatencyModel
+from streams.worker_settings import WorkerSettings
 from topics.schemas import Request
 
 H = TypeVar("H")
@@ -65,6 +66,22 @@ class SchedulerConfig:
     token_fractions: tuple[float, ...] = (1.0, 0.5, 0.25)
     degrade: bool = True
     shed: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings, max_batch: int) -> SchedulerConfig:
+        """The knobs of the worker settings, ``max_batch`` capped by the engine's."""
+        return cls(
+            max_batch=max_batch, max_queue=settings.max_queue,
+            max_queue_delay_us=int(settings.max_wait_ms * 1000),
+            margin_us=int(settings.margin_ms * 1000),
+            priority_lead_us=int(settings.priority_lead_ms * 1000),
+            full_tokens=settings.max_new_tokens, token_fractions=settings.degrade_fractions,
+            degrade=settings.degrade, shed=settings.shed)
+
+    @property
+    def levels(self) -> range:
+        """The degradation levels a policy may use (full service alone without degrading)."""
+        return range(len(self.token_fractions)) if self.degrade else range(1)
 
     def tokens_at(self, level: int) -> int:
         """Output tokens per item at a degradation level."""
@@ -232,9 +249,12 @@ class DeadlineScheduler(_Queue[H]):
         batch = self._form(now_us)
         return Decision(batch, expired, None)
 
+    def _alone_us(self) -> int:
+        """The fastest a request can still be served: alone, at the most degraded level."""
+        return self.latency.expected_us(1, self.config.levels[-1])
+
     def _shed(self, now_us: int) -> list[Pending[H]]:
-        worst = len(self.config.token_fractions) - 1 if self.config.degrade else 0
-        alone = self.latency.expected_us(1, worst)
+        alone = self._alone_us()
         keep: list[Pending[H]] = []
         expired: list[Pending[H]] = []
         for p in self._queue:
@@ -246,9 +266,7 @@ class DeadlineScheduler(_Queue[H]):
     def _earliest_expiry(self) -> int | None:
         if not self.config.shed or not self._queue:
             return None
-        worst = len(self.config.token_fractions) - 1 if self.config.degrade else 0
-        alone = self.latency.expected_us(1, worst)
-        return min(p.request.deadline_us for p in self._queue) - alone + 1
+        return min(p.request.deadline_us for p in self._queue) - self._alone_us() + 1
 
     def _form(self, now_us: int) -> Batch[H]:
         cfg = self.config
@@ -281,11 +299,10 @@ class DeadlineScheduler(_Queue[H]):
         deadlines = np.fromiter((p.request.deadline_us for p in queue), np.int64, len(queue))
         weights = np.fromiter((1.0 + p.request.priority for p in queue), np.float64,
                               len(queue))
-        levels = range(len(cfg.token_fractions)) if cfg.degrade else range(1)
-        after = self.latency.expected_us(1, levels[-1]) + cfg.margin_us
+        after = self._alone_us() + cfg.margin_us
         best: tuple[float, float] | None = None
         choice: tuple[int, np.ndarray] = (0, np.empty(0, np.intp))
-        for level in levels:
+        for level in cfg.levels:
             for n in range(1, min(len(queue), cfg.max_batch) + 1):
                 took = np.flatnonzero(deadlines >= now_us + self._finish(n, level))[:n]
                 done = now_us + self.latency.expected_us(max(len(took), 1), level)

@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.worker import scheduler_config, warm_up
 from engines.base import Engine, probe_request
-from engines.dispatcher import Dispatcher, Outcome
+from engines.dispatcher import Dispatcher, Outcome, warm_up
 from engines.latency import LatencyModel, LatencyPrior
 from engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
 from streams.worker_settings import WorkerSettings
@@ -162,8 +161,8 @@ async def run_batching_bench(engine: Engine, settings: WorkerSettings,
                              spec: TraceSpec) -> dict[str, Any]:
     """Warm the engine up, build the trace from its timings, replay it through each policy."""
     async with engine:
-        config = scheduler_config(settings, min(settings.max_batch,
-                                                engine.capabilities.max_batch))
+        config = SchedulerConfig.from_settings(
+            settings, min(settings.max_batch, engine.capabilities.max_batch))
         config = replace(config, max_queue=1_000_000)  # the trace is finite
         latency = LatencyModel(LatencyPrior(), token_fractions=config.token_fractions)
         await warm_up(engine, latency, config, rounds=5)

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 
 import pytest
 
+from tests.clirun import lockstep
+
 pytestmark = pytest.mark.e2e
 
-LOCKSTEP = shutil.which("lockstep") or ""
 POLICIES = {"lockstep", "fifo", "batch1"}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    return subprocess.run([LOCKSTEP, "bench", "batching", *args], capture_output=True,
-                          text=True, timeout=300, env=clean, check=False)
+    return lockstep("bench", "batching", *args, timeout=300)
 
 
 def test_bench_batching_json_scores_the_three_policies_on_one_trace() -> None:

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from tests.clirun import lockstep_path, run
+
 pytestmark = pytest.mark.e2e
 
-LOCKSTEP = shutil.which("lockstep") or ""
 ARGS = ("align", "--json", "--seconds", "3", "--streams", "2")
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=clean,
-                          check=False)
+    return run(argv, timeout=300)
 
 
 def _check(report: dict[str, object]) -> None:
@@ -45,14 +42,12 @@ def test_bench_group_runs_align_as_a_program() -> None:
 
 
 def test_lockstep_bench_align_json_scores_both_aligners() -> None:
-    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
-    result = _run([LOCKSTEP, "bench", *ARGS])
+    result = _run([lockstep_path(), "bench", *ARGS])
     assert result.returncode == 0, result.stderr[-3000:]
     _check(json.loads(result.stdout))
 
 
 def test_lockstep_bench_align_prints_the_table_and_ratios() -> None:
-    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
-    result = _run([LOCKSTEP, "bench", "align", "--seconds", "2", "--streams", "1"])
+    result = _run([lockstep_path(), "bench", "align", "--seconds", "2", "--streams", "1"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "misaligned: lockstep" in result.stdout and "tokens/s" in result.stdout

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,17 +10,10 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tests.clirun import lockstep as _cli
+from tests.clirun import lockstep_path
+
 pytestmark = pytest.mark.e2e
-
-LOCKSTEP = shutil.which("lockstep") or ""
-
-
-def _cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None
-         ) -> subprocess.CompletedProcess[str]:
-    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    return subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**clean, **(env or {})}, check=False)
 
 
 def _check_demo_report(report: dict[str, object], streams: int, bad: int) -> None:
@@ -103,7 +94,7 @@ def test_topics_verify_fails_on_a_cluster_without_the_catalog(tansu: str) -> Non
 
 
 def test_broker_command_serves_until_sigterm() -> None:
-    with subprocess.Popen([LOCKSTEP, "broker"], stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen([lockstep_path(), "broker"], stdout=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None
             bootstrap = proc.stdout.readline().strip()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -14,20 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import clean_env as _env
+from tests.clirun import lockstep as _cli
+from tests.clirun import lockstep_path
+
 pytestmark = pytest.mark.e2e
-
-LOCKSTEP = shutil.which("lockstep") or ""
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-
-
-def _cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None
-         ) -> subprocess.CompletedProcess[str]:
-    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
-    return subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**_env(), **(env or {})}, check=False)
 
 
 def _plots(page: str) -> dict[str, str]:
@@ -71,21 +60,20 @@ def _wait_for(url: str, timeout_s: float) -> None:
 
 
 def test_top_once_and_report_read_a_running_role_over_http(tansu: str, tmp_path: Path) -> None:
-    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
     port = _free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     env = {**_env(), "LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS": "5",
            "LOCKSTEP_KAFKA__SESSION_TIMEOUT_MS": "6000", "LOCKSTEP_APP_ID": "lockstep-e2e-top",
            "LOCKSTEP_WORKER__ENGINE": "reference"}
     log = (tmp_path / "run.log").open("w")
-    proc = subprocess.Popen([LOCKSTEP, "run", "--roles", "all", "--bootstrap", tansu,
+    proc = subprocess.Popen([lockstep_path(), "run", "--roles", "all", "--bootstrap", tansu,
                              "--create-topics", "--metrics-port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_for(url, 60)
         # Published in real time for long enough that fresh windows follow the group's join
         # (tokens read seconds late miss their deadline and are shed unanswered).
-        publisher = subprocess.Popen([LOCKSTEP, "publish", "--synthetic", "--streams", "1",
+        publisher = subprocess.Popen([lockstep_path(), "publish", "--synthetic", "--streams", "1",
                                       "--seconds", "20", "--bootstrap", tansu],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      env=_env())

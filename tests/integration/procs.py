@@ -8,13 +8,13 @@ diagnostics, and kills and reaps it on the way out, whatever happened in between
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.clirun import clean_env, lockstep_path
 
 #: How long a process may take to exit after SIGKILL before the test gives up on it.
 _REAP_S = 10.0
@@ -68,13 +68,10 @@ def lockstep_run(args: list[str], env: Mapping[str, str], log: Path
         env: ``LOCKSTEP_*`` settings of the process (the caller's are not inherited).
         log: File that receives the process's stdout and stderr.
     """
-    lockstep = shutil.which("lockstep")
-    assert lockstep, "the lockstep console script is not installed (pip install -e .)"
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
     # O_APPEND: the child writes at the end however far the test has read.
     with log.open("ab") as out, subprocess.Popen(
-            [lockstep, *args], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env={**inherited, **env}) as proc:
+            [lockstep_path(), *args], stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, env=clean_env(env)) as proc:
         try:
             yield LockstepProcess(proc, log)
         finally:

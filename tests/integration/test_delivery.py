@@ -10,7 +10,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.outbox import wall_us
+from agents.worker import WorkerTask
 from engines.base import Engine, InferenceResult, ItemResult, WorkItem
+from engines.dispatcher import Dispatcher
 from lockstep.errors import EngineError, EngineTimeout
 from lockstep.observer import Observer
 from lockstep.runner import prepare_topics, start_roles
@@ -51,6 +53,14 @@ def _request(pool: str, seq: int = 1, stream: str = "d") -> Request:
                    deadline_us=wall_us() + 60_000_000)
 
 
+async def _serve_with(task: WorkerTask, engine: Engine) -> Dispatcher[Any]:
+    """Put ``engine`` (started) in place of the worker's own; return the worker's dispatcher."""
+    assert task.dispatcher is not None, "the worker is started"
+    task.engine = task.dispatcher.engine = engine
+    await engine.start()
+    return task.dispatcher
+
+
 async def _until(observer: Observer, done: Callable[[], bool], timeout_s: float = 60) -> None:
     """Wait until ``done()`` holds, checking each time the observer reads something."""
     async def settled() -> None:
@@ -77,10 +87,7 @@ async def test_an_engine_timeout_crashes_the_worker_without_committing(apache_ka
     settings = _settings(apache_kafka, pool)
     await prepare_topics(settings, create=True)
     roles = await start_roles(settings, ["worker"], Telemetry())
-    task = roles.workers[0]
-    assert task.dispatcher is not None
-    task.engine = task.dispatcher.engine = BrokenEngine()
-    await task.engine.start()
+    await _serve_with(roles.workers[0], BrokenEngine())
     producer = AIOKafkaProducer(bootstrap_servers=apache_kafka)
     await producer.start()
     try:
@@ -115,10 +122,7 @@ async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_
     observer = Observer(settings.kafka, keep=lambda sid: sid == "d")
     await observer.start()
     roles = await start_roles(settings, ["worker"], Telemetry())
-    task = roles.workers[0]
-    assert task.dispatcher is not None
-    task.engine = task.dispatcher.engine = PickyEngine()
-    await task.engine.start()
+    await _serve_with(roles.workers[0], PickyEngine())
     producer = AIOKafkaProducer(bootstrap_servers=apache_kafka, linger_ms=50)
     await producer.start()
     try:
@@ -161,11 +165,8 @@ async def test_a_full_admission_queue_holds_reading_back_and_loses_nothing(
     observer = Observer(settings.kafka, keep=lambda sid: sid == "bp")
     await observer.start()
     roles = await start_roles(settings, ["worker"], Telemetry())
-    task = roles.workers[0]
-    assert task.dispatcher is not None
-    task.engine = task.dispatcher.engine = SlowEngine()
-    await task.engine.start()
-    policy = task.dispatcher.policy
+    dispatcher = await _serve_with(roles.workers[0], SlowEngine())
+    policy = dispatcher.policy
     depths: list[int] = []
     admit = policy.admit
 

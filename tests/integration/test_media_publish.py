@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
-import shutil
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,13 +17,14 @@ from lockstep.runner import prepare_topics, start_roles
 from streams.app import ROLES
 from streams.settings import Settings, load_settings
 from streams.telemetry import Telemetry
+from tests.clirun import lockstep as _cli
 from topics import catalog
 from topics.codec import decode
 from topics.schemas import AudioToken, OcrToken, SensorToken, VideoToken
 
 pytestmark = pytest.mark.integration
 
-LOCKSTEP = shutil.which("lockstep") or ""
+
 T0 = 1_800_000_000_000_000  # the generator's creation_time
 
 
@@ -34,13 +32,6 @@ def _settings(bootstrap: str) -> Settings:
     return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
                                 "fetch_max_wait_ms": 10},
                          app_id="lockstep-media-test", metrics={"enabled": False})
-
-
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    assert LOCKSTEP, "the lockstep console script is not installed (pip install -e .)"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    return subprocess.run([LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout,
-                          env=clean, check=False)
 
 
 async def _media_records(settings: Settings, stream_id: str, expect: int,
