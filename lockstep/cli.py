@@ -116,7 +116,7 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     records are then replayed by the next process of the group).
     """
     from lockstep.runner import parse_roles, pools_in, prepare_topics, routed_pools, start_roles
-    from streams.telemetry import Telemetry
+    from lockstep.streams.telemetry import Telemetry
 
     pools = list(dict.fromkeys(
         [*pools_in(roles), *(p.strip() for p in (pool or "").split(",") if p.strip())]))
@@ -157,8 +157,8 @@ def topics() -> None:
 def topics_create(ctx: click.Context, bootstrap: str | None) -> None:
     """Create missing topics (idempotent), then verify partitions and co-partitioning."""
     from lockstep.report import render_topics
-    from topics.admin import admin_client, ensure_topics
-    from topics.catalog import catalog
+    from lockstep.topics.admin import admin_client, ensure_topics
+    from lockstep.topics.catalog import catalog
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
 
@@ -177,8 +177,8 @@ def topics_create(ctx: click.Context, bootstrap: str | None) -> None:
 def topics_describe(ctx: click.Context, bootstrap: str | None) -> None:
     """Show each topic of the catalog as the cluster has it; exit 1 on any mismatch."""
     from lockstep.report import render_topics
-    from topics.admin import admin_client, verify_topics
-    from topics.catalog import catalog
+    from lockstep.topics.admin import admin_client, verify_topics
+    from lockstep.topics.catalog import catalog
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
 
@@ -198,8 +198,8 @@ def topics_describe(ctx: click.Context, bootstrap: str | None) -> None:
 @click.pass_context
 def topics_verify(ctx: click.Context, bootstrap: str | None) -> None:
     """Exit 0 if the cluster matches the catalog; otherwise print the problems and exit 1."""
-    from topics.admin import admin_client, verify_topics
-    from topics.catalog import catalog
+    from lockstep.topics.admin import admin_client, verify_topics
+    from lockstep.topics.catalog import catalog
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
     admin = admin_client(settings.kafka.confluent_config())
@@ -222,7 +222,7 @@ def broker(port: int | None, host: str) -> None:
     at it with --bootstrap or LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS; set
     LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS=5 for low latency against it.
     """
-    from streams.broker import EmbeddedBroker
+    from lockstep.streams.broker import EmbeddedBroker
 
     async def main() -> None:
         embedded = EmbeddedBroker(port=port, host=host)

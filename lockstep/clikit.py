@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from lockstep.errors import ConfigError, LockstepError
-from streams.app import install_uvloop
-from streams.settings import Settings, load_settings
+from lockstep.streams.app import install_uvloop
+from lockstep.streams.settings import Settings, load_settings
 
 T = TypeVar("T")
 

@@ -23,12 +23,12 @@ from lockstep.htmlreport import write_report
 from lockstep.observer import Observer
 from lockstep.publisher import PublishReport, publish_synthetic
 from lockstep.runner import prepare_topics, routed_pools, start_roles
-from streams.app import ROLES
-from streams.broker import EmbeddedBroker
-from streams.settings import Settings
-from streams.synthetic import SyntheticConfig
-from streams.telemetry import Telemetry
-from topics.schemas import Modality
+from lockstep.streams.app import ROLES
+from lockstep.streams.broker import EmbeddedBroker
+from lockstep.streams.settings import Settings
+from lockstep.streams.synthetic import SyntheticConfig
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics.schemas import Modality
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lockstep.metrics_view import StageRow, Summary, merge, parse, summarize
-from streams.settings import SloSettings
+from lockstep.streams.settings import SloSettings
 
 _W, _H, _PAD_L, _PAD_B, _PAD_T = 560, 180, 44, 26, 40
 _LO, _HI = 5e-5, 10.0  # the axis: 50 µs to 10 s

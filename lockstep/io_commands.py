@@ -13,11 +13,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from lockstep.clikit import bootstrap_option, kafka_overrides, run_async, settings_for
 from lockstep.errors import BadInput, ConfigError, MediaError
-from streams.settings import Settings
-from topics import catalog
-from topics.admin import admin_client, wait_for_partitions
-from topics.codec import decode_as
-from topics.schemas import Response
+from lockstep.streams.settings import Settings
+from lockstep.topics import catalog
+from lockstep.topics.admin import admin_client, wait_for_partitions
+from lockstep.topics.codec import decode_as
+from lockstep.topics.schemas import Response
 
 
 @click.command()
@@ -99,7 +99,7 @@ def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ..
 
 def _publish_synthetic(settings: Settings, streams: int, seconds: float, prefix: str) -> None:
     from lockstep.publisher import publish_synthetic
-    from streams.telemetry import Telemetry
+    from lockstep.streams.telemetry import Telemetry
 
     telemetry = Telemetry()
     ids = [f"{prefix}cam{i}" for i in range(streams)]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.errors import ConfigError, LockstepError
-from streams.settings import SloSettings
-from streams.telemetry import STAGES
+from lockstep.streams.settings import SloSettings
+from lockstep.streams.telemetry import STAGES
 
 Labels = frozenset[tuple[str, str]]
 PREFIX = "lockstep_"

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from lockstep.errors import BadInput
-from streams.aligner import TokenKey
-from streams.settings import KafkaSettings
-from topics import catalog
-from topics.admin import admin_client, wait_for_partitions
-from topics.codec import decode
-from topics.schemas import DeadLetter, LateToken, Response, Window
+from lockstep.streams.aligner import TokenKey
+from lockstep.streams.settings import KafkaSettings
+from lockstep.topics import catalog
+from lockstep.topics.admin import admin_client, wait_for_partitions
+from lockstep.topics.codec import decode
+from lockstep.topics.schemas import DeadLetter, LateToken, Response, Window
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from aiokafka import AIOKafkaProducer
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from lockstep.errors import BrokerError
-from streams.aligner import TokenKey
-from streams.settings import KafkaSettings
-from streams.synthetic import SyntheticConfig, SyntheticStream
-from streams.telemetry import Telemetry
-from topics import catalog
-from topics.codec import encode
-from topics.schemas import Token
+from lockstep.streams.aligner import TokenKey
+from lockstep.streams.settings import KafkaSettings
+from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics import catalog
+from lockstep.topics.codec import encode
+from lockstep.topics.schemas import Token
 
 #: Records that are not Lockstep tokens, published by ``--inject-bad`` to show dead-lettering.
 BAD_RECORDS: tuple[bytes, ...] = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from topics.admin import TopicState
+from lockstep.topics.admin import TopicState
 
 
 def render_demo(report: Mapping[str, Any]) -> str:

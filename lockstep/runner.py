@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 
 import faust
 
-from agents import align, route, slo, worker
-from agents.lag import LagExporter
+from lockstep.agents import align, route, slo, worker
+from lockstep.agents.lag import LagExporter
 from lockstep.errors import BrokerError, ConfigError
-from streams.app import ROLES, create_app
-from streams.settings import Settings
-from streams.telemetry import Telemetry
-from topics.admin import admin_client, ensure_topics, verify_topics
-from topics.catalog import ALIGNED, MEDIA, catalog, requests_topic
+from lockstep.streams.app import ROLES, create_app
+from lockstep.streams.settings import Settings
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics.admin import admin_client, ensure_topics, verify_topics
+from lockstep.topics.catalog import ALIGNED, MEDIA, catalog, requests_topic
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lockstep.metrics_view import Scrape, ScrapeError, Summary, fetch, merge, parse, summarize
-from streams.settings import SloSettings
+from lockstep.streams.settings import SloSettings
 
 
 def scrape_all(urls: Sequence[str]) -> tuple[Scrape, list[str]]:

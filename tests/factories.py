@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from topics.schemas import (
+from lockstep.topics.schemas import (
     AudioToken,
     Modality,
     ModalityState,

@@ -44,8 +44,8 @@ def align_command(ctx: click.Context, streams: int, seconds: float, seed: int,
     """
     from lockstep.bench.align import AlignBenchOptions, run_align_bench
     from lockstep.bench.render import render_align
-    from streams.chaos import FaultSpec
-    from streams.settings import load_settings
+    from lockstep.streams.chaos import FaultSpec
+    from lockstep.streams.settings import load_settings
 
     root = ctx.find_root().obj
     settings = load_settings(root.get("config") if isinstance(root, dict) else None)
@@ -79,13 +79,13 @@ def batching_command(ctx: click.Context, engine_name: str, seconds: float, load:
     --config and LOCKSTEP_WORKER__*; max_wait_ms is also the FIFO batcher's fixed delay.
     See docs/bench.md.
     """
-    from engines.base import Engine
-    from engines.registry import create_engine, resolve
-    from engines.simulated import SimulatedEngine
     from lockstep.bench.batching import TraceSpec, run_batching_bench
     from lockstep.bench.render_batching import render_batching
     from lockstep.clikit import run_async
-    from streams.settings import load_settings
+    from lockstep.engines.base import Engine
+    from lockstep.engines.registry import create_engine, resolve
+    from lockstep.engines.simulated import SimulatedEngine
+    from lockstep.streams.settings import load_settings
 
     root = ctx.find_root().obj
     settings = load_settings(root.get("config") if isinstance(root, dict) else None).worker

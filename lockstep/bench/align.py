@@ -1,6 +1,6 @@
 """``lockstep bench align``: Lockstep's aligner against a naive grid, on one faulty feed.
 
-One seeded chaos feed (:mod:`streams.chaos`) goes through both aligners in arrival order,
+One seeded chaos feed (:mod:`lockstep.streams.chaos`) goes through both aligners in arrival order,
 with ``now_us`` the arrival time. Each output is scored against the ground truth
 (:mod:`lockstep.bench.score`), and each operator is timed alone: only its ``add`` / ``poll``
 / ``flush`` calls, best of ``repeats`` runs over the same feed. The feed itself (tens of
@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 from lockstep.bench.baseline import GridAligner, GridWindow
 from lockstep.bench.score import SCORED, Score, Truth, pairing_from_window, score
-from streams.aligner import Aligner
-from streams.chaos import ChaosFeed, FaultSpec, generate
-from streams.settings import AlignSettings
-from topics.schemas import Modality, Token, Window
+from lockstep.streams.aligner import Aligner
+from lockstep.streams.chaos import ChaosFeed, FaultSpec, generate
+from lockstep.streams.settings import AlignSettings
+from lockstep.topics.schemas import Modality, Token, Window
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from lockstep.bench.score import Pairing
-from streams.chaos import CaptureKey
-from topics.schemas import AudioToken, Modality, Token
+from lockstep.streams.chaos import CaptureKey
+from lockstep.topics.schemas import AudioToken, Modality, Token
 
 #: Modalities that arrive at a steady cadence and so are expected in every slot once seen.
 DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})

@@ -3,7 +3,7 @@
 The trace is Poisson arrivals at a share of the engine's measured capacity plus bursts,
 with two priority classes whose deadlines are set in multiples of the engine's own
 full-batch latency (so the same trace is equally hard on a fast or a slow machine). It is
-replayed in real time through :class:`~engines.dispatcher.Dispatcher` — the code the worker
+replayed in real time through :class:`~lockstep.engines.dispatcher.Dispatcher` — the code the worker
 runs — with (a) Lockstep's deadline scheduler, (b) a FIFO batcher with a fixed max queue
 delay (Triton's dynamic batcher), (c) batch size 1, on the same started engine, one after
 the other in the same run. A request meets its SLO when it is answered (status ``ok``)
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from engines.base import Engine, probe_request
-from engines.dispatcher import Dispatcher, Outcome, warm_up
-from engines.latency import LatencyModel, LatencyPrior
-from engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
-from streams.worker_settings import WorkerSettings
-from topics.schemas import Request
+from lockstep.engines.base import Engine, probe_request
+from lockstep.engines.dispatcher import Dispatcher, Outcome, warm_up
+from lockstep.engines.latency import LatencyModel, LatencyPrior
+from lockstep.engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
+from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.topics.schemas import Request
 
 POLICIES = ("lockstep", "fifo", "batch1")
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from streams.chaos import Capture, CaptureKey
-from topics.schemas import AudioToken, Modality, OcrToken, SensorToken, Window
+from lockstep.streams.chaos import Capture, CaptureKey
+from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, Window
 
 #: Modalities scored against the anchor (the anchor itself is video and always right).
 SCORED = (Modality.AUDIO, Modality.SENSOR, Modality.OCR)

@@ -18,10 +18,10 @@ from lockstep.media.run import MediaPublish, StreamProgress, plan_streams
 from lockstep.media.sidecar import Sidecar, read_sidecar
 from lockstep.media.source import MediaOptions, Perception
 from lockstep.publisher import Publisher
-from streams.settings import Settings
-from streams.telemetry import Telemetry
-from topics import catalog
-from topics.admin import admin_client, wait_for_partitions
+from lockstep.streams.settings import Settings
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics import catalog
+from lockstep.topics.admin import admin_client, wait_for_partitions
 
 
 def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequence[str],

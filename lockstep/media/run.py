@@ -17,7 +17,7 @@ from lockstep.media.sidecar import Sidecar, sidecar_tokens
 from lockstep.media.source import MediaOptions, MediaSource, Perception
 from lockstep.media.timing import Pacer
 from lockstep.publisher import Publisher
-from topics.schemas import OcrToken, SensorToken, Token
+from lockstep.topics.schemas import OcrToken, SensorToken, Token
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lockstep.errors import MediaError
 from lockstep.media.timing import CaptureClock
-from topics.schemas import (
+from lockstep.topics.schemas import (
     Confidence,
     EventTime,
     Number,

@@ -22,8 +22,8 @@ import numpy as np
 from lockstep.errors import ConfigError, MediaError
 from lockstep.media.perception import SpeechRecognizer, TextReader
 from lockstep.media.timing import AudioChunker, CaptureClock, FrameSampler, parse_anchor
-from streams.confidence import video_quality
-from topics.schemas import AudioToken, OcrToken, Token, VideoToken
+from lockstep.streams.confidence import video_quality
+from lockstep.topics.schemas import AudioToken, OcrToken, Token, VideoToken
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lockstep.errors import MediaError
-from topics.schemas import MAX_T_US, MIN_T_US
+from lockstep.topics.schemas import MAX_T_US, MIN_T_US
 
 #: Anchors that are not an explicit instant.
 ANCHORS = ("wall", "file")

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from engines.base import InferenceResult, WorkItem, probe_request
-from engines.cpu import CpuEngine
-from streams.worker_settings import CpuEngineSettings
+from lockstep.engines.base import InferenceResult, WorkItem, probe_request
+from lockstep.engines.cpu import CpuEngine
+from lockstep.streams.worker_settings import CpuEngineSettings
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,

@@ -23,10 +23,10 @@ from confluent_kafka.admin import AdminClient
 from lockstep.observer import Ledger, Observer
 from lockstep.publisher import PublishReport, publish_synthetic
 from lockstep.runner import prepare_topics
-from streams.settings import Settings, load_settings
-from streams.telemetry import Telemetry
+from lockstep.streams.settings import Settings, load_settings
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics import catalog
 from tests.integration.procs import LockstepProcess, lockstep_run
-from topics import catalog
 
 pytestmark = pytest.mark.integration
 

@@ -9,19 +9,19 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from agents.outbox import wall_us
-from agents.worker import WorkerTask
-from engines.base import Engine, InferenceResult, ItemResult, WorkItem
-from engines.dispatcher import Dispatcher
+from lockstep.agents.outbox import wall_us
+from lockstep.agents.worker import WorkerTask
+from lockstep.engines.base import Engine, InferenceResult, ItemResult, WorkItem
+from lockstep.engines.dispatcher import Dispatcher
 from lockstep.errors import EngineError, EngineTimeout
 from lockstep.observer import Observer
 from lockstep.runner import prepare_topics, start_roles
-from streams.settings import Settings, load_settings
-from streams.telemetry import Telemetry
+from lockstep.streams.settings import Settings, load_settings
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics import catalog
+from lockstep.topics.codec import encode
+from lockstep.topics.schemas import Modality, ModalityState, Request, Timeline, Window
 from tests.factories import T0
-from topics import catalog
-from topics.codec import encode
-from topics.schemas import Modality, ModalityState, Request, Timeline, Window
 
 pytestmark = pytest.mark.integration
 

@@ -14,13 +14,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from lockstep.media.synth import GroundTruth, SynthSpec, write_media
 from lockstep.runner import prepare_topics, start_roles
-from streams.app import ROLES
-from streams.settings import Settings, load_settings
-from streams.telemetry import Telemetry
+from lockstep.streams.app import ROLES
+from lockstep.streams.settings import Settings, load_settings
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics import catalog
+from lockstep.topics.codec import decode
+from lockstep.topics.schemas import AudioToken, OcrToken, SensorToken, VideoToken
 from tests.clirun import lockstep as _cli
-from topics import catalog
-from topics.codec import decode
-from topics.schemas import AudioToken, OcrToken, SensorToken, VideoToken
 
 pytestmark = pytest.mark.integration
 

@@ -19,21 +19,21 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-import agents.worker
-from agents.lag import LagExporter
-from engines.base import ItemResult, WorkItem
-from engines.reference import ReferenceEngine
+import lockstep.agents.worker
+from lockstep.agents.lag import LagExporter
 from lockstep.demo import drain
+from lockstep.engines.base import ItemResult, WorkItem
+from lockstep.engines.reference import ReferenceEngine
 from lockstep.metrics_view import fetch, parse, summarize
 from lockstep.observer import Observer
 from lockstep.publisher import publish_synthetic
 from lockstep.runner import RoleSet, prepare_topics, start_roles
-from streams.app import ROLES
-from streams.settings import Settings, load_settings
-from streams.telemetry import Telemetry
-from streams.worker_settings import WorkerSettings
-from topics.admin import admin_client
-from topics.lag import lag_by_topic, partition_lags
+from lockstep.streams.app import ROLES
+from lockstep.streams.settings import Settings, load_settings
+from lockstep.streams.telemetry import Telemetry
+from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.topics.admin import admin_client
+from lockstep.topics.lag import lag_by_topic, partition_lags
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +75,7 @@ async def _running(bootstrap: str, monkeypatch: pytest.MonkeyPatch, delay_s: flo
         return SlowEngine(max_batch=ws.max_batch, timeout_s=ws.infer_timeout_ms / 1000,
                           telemetry=telemetry, pool=ws.pool)
 
-    monkeypatch.setattr(agents.worker, "create_engine", slow)
+    monkeypatch.setattr(lockstep.agents.worker, "create_engine", slow)
     monkeypatch.setattr(SlowEngine, "delay_s", delay_s)
     settings = _settings(bootstrap, **slo)
     await prepare_topics(settings, create=True)

@@ -16,14 +16,14 @@ from lockstep.demo import drain
 from lockstep.observer import Observer
 from lockstep.publisher import publish_synthetic
 from lockstep.runner import prepare_topics, start_roles
-from streams.app import ROLES
-from streams.settings import Settings, load_settings
-from streams.synthetic import SyntheticConfig
-from streams.telemetry import Telemetry
+from lockstep.streams.app import ROLES
+from lockstep.streams.settings import Settings, load_settings
+from lockstep.streams.synthetic import SyntheticConfig
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics import catalog
+from lockstep.topics.codec import encode
+from lockstep.topics.schemas import Modality
 from tests.factories import video
-from topics import catalog
-from topics.codec import encode
-from topics.schemas import Modality
 
 pytestmark = pytest.mark.integration
 

@@ -23,12 +23,12 @@ from confluent_kafka.admin import AdminClient
 
 from lockstep.observer import Observer
 from lockstep.runner import prepare_topics
-from streams.app import group_id
-from streams.settings import load_settings
+from lockstep.streams.app import group_id
+from lockstep.streams.settings import load_settings
+from lockstep.topics import catalog
+from lockstep.topics.codec import encode
 from tests.factories import request, video
 from tests.integration.procs import LockstepProcess, lockstep_run
-from topics import catalog
-from topics.codec import encode
 
 pytestmark = pytest.mark.integration
 

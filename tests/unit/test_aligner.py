@@ -6,12 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
-from streams.matching import distance
-from streams.settings import AlignSettings
-from streams.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.streams.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
+from lockstep.streams.matching import distance
+from lockstep.streams.settings import AlignSettings
+from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.topics.schemas import AudioToken, Modality, Token, Window
 from tests.factories import T0, audio, ocr, sensor, video
-from topics.schemas import AudioToken, Modality, Token, Window
 
 pytestmark = pytest.mark.unit
 

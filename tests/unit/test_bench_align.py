@@ -9,9 +9,9 @@ from lockstep.bench.align import AlignBenchOptions, run_align_bench
 from lockstep.bench.baseline import GridAligner, GridOutput
 from lockstep.bench.render import render_align
 from lockstep.bench.score import Pairing, Truth, pairing_from_window, score
-from streams.chaos import Capture, CaptureKey, FaultSpec, generate
+from lockstep.streams.chaos import Capture, CaptureKey, FaultSpec, generate
+from lockstep.topics.schemas import Modality, ModalityState, Token, Window
 from tests.factories import T0, audio, ocr, sensor, video
-from topics.schemas import Modality, ModalityState, Token, Window
 
 pytestmark = pytest.mark.unit
 

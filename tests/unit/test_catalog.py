@@ -1,8 +1,8 @@
 import pytest
 
-from streams.app import broker_urls, group_id
-from streams.settings import Settings, TopicsSettings
-from topics.catalog import MEDIA, catalog, requests_topic
+from lockstep.streams.app import broker_urls, group_id
+from lockstep.streams.settings import Settings, TopicsSettings
+from lockstep.topics.catalog import MEDIA, catalog, requests_topic
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from streams.chaos import BENCH_MEDIA, ChaosFeed, Clock, FaultSpec, generate
-from topics.schemas import AudioToken, Modality, OcrToken, SensorToken, VideoToken
+from lockstep.streams.chaos import BENCH_MEDIA, ChaosFeed, Clock, FaultSpec, generate
+from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, VideoToken
 
 pytestmark = pytest.mark.unit
 

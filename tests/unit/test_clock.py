@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from streams.clock import CaptureClock, ClockLag, LagFloor
+from lockstep.streams.clock import CaptureClock, ClockLag, LagFloor
 
 pytestmark = pytest.mark.unit
 

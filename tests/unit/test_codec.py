@@ -6,9 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockstep.errors import DecodeError, SchemaError
-from tests.factories import T0, audio, ocr, sensor, video
-from topics.codec import DEFAULT_MAX_BYTES, Kind, decode, decode_as, encode, peek_kind
-from topics.schemas import (
+from lockstep.topics.codec import DEFAULT_MAX_BYTES, Kind, decode, decode_as, encode, peek_kind
+from lockstep.topics.schemas import (
     MAX_T_US,
     DeadLetter,
     LateToken,
@@ -21,6 +20,7 @@ from topics.schemas import (
     VideoToken,
     Window,
 )
+from tests.factories import T0, audio, ocr, sensor, video
 
 pytestmark = pytest.mark.unit
 
@@ -137,7 +137,7 @@ def test_sensor_tokens_round_trip_for_any_valid_field(
 
 
 def test_trusted_records_equal_validated_ones_and_encode_alike() -> None:
-    from topics.schemas import trusted
+    from lockstep.topics.schemas import trusted
 
     timeline = Timeline(capture_us=T0, aligned_us=T0 + 5)
     fast = trusted(Timeline, **timeline.model_dump())

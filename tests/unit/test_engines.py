@@ -4,18 +4,18 @@ from collections.abc import Sequence
 
 import pytest
 
-from engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
-from engines.dispatcher import Dispatcher, Outcome
-from engines.latency import LatencyModel, LatencyPrior
-from engines.reference import ReferenceEngine, describe
-from engines.scheduler import DeadlineScheduler, SchedulerConfig
-from engines.simulated import SimulatedEngine
-from engines.worker import build_response
+from lockstep.engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
+from lockstep.engines.dispatcher import Dispatcher, Outcome
+from lockstep.engines.latency import LatencyModel, LatencyPrior
+from lockstep.engines.reference import ReferenceEngine, describe
+from lockstep.engines.scheduler import DeadlineScheduler, SchedulerConfig
+from lockstep.engines.simulated import SimulatedEngine
+from lockstep.engines.worker import build_response
 from lockstep.errors import EngineError, EngineTimeout
-from streams.synthetic import SyntheticConfig, SyntheticStream
-from streams.telemetry import Telemetry
+from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.streams.telemetry import Telemetry
+from lockstep.topics.schemas import Modality, Request
 from tests.factories import T0, audio, ocr, request, sensor, video
-from topics.schemas import Modality, Request
 
 pytestmark = pytest.mark.unit
 

@@ -13,8 +13,8 @@ import pytest
 from lockstep.errors import ConfigError, MediaError
 from lockstep.media.source import MediaOptions, MediaSource
 from lockstep.media.synth import GroundTruth, SynthSpec, write_media
-from topics.media import pcm
-from topics.schemas import AudioToken, Token, VideoToken
+from lockstep.topics.media import pcm
+from lockstep.topics.schemas import AudioToken, Token, VideoToken
 
 pytestmark = pytest.mark.unit
 

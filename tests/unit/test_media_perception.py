@@ -18,7 +18,7 @@ from lockstep.errors import ConfigError
 from lockstep.media import perception
 from lockstep.media.source import MediaOptions, MediaSource, Perception
 from lockstep.media.synth import SynthSpec, write_media
-from topics.schemas import AudioToken, OcrToken
+from lockstep.topics.schemas import AudioToken, OcrToken
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ import pytest
 from lockstep.errors import MediaError
 from lockstep.media.sidecar import read_sidecar, sidecar_tokens
 from lockstep.media.timing import CaptureClock
-from topics.schemas import OcrToken, SensorToken
+from lockstep.topics.schemas import OcrToken, SensorToken
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ from rich.console import Console
 
 from lockstep.htmlreport import write_report
 from lockstep.metrics_view import merge, parse, summarize
+from lockstep.streams.settings import SloSettings
+from lockstep.streams.slo import SloMonitor
+from lockstep.streams.telemetry import LATENCY_BUCKETS, Telemetry
 from lockstep.top import render
-from streams.settings import SloSettings
-from streams.slo import SloMonitor
-from streams.telemetry import LATENCY_BUCKETS, Telemetry
 
 pytestmark = pytest.mark.unit
 

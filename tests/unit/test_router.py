@@ -3,11 +3,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.priority import has_intent, priority, semantic_importance, sla_risk
-from streams.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Router
-from streams.settings import RouteSettings, SloSettings
+from lockstep.streams.priority import has_intent, priority, semantic_importance, sla_risk
+from lockstep.streams.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Router
+from lockstep.streams.settings import RouteSettings, SloSettings
+from lockstep.topics.schemas import (
+    AudioToken,
+    Modality,
+    ModalityState,
+    Timeline,
+    VideoToken,
+    Window,
+)
 from tests.factories import T0, ocr, sensor
-from topics.schemas import AudioToken, Modality, ModalityState, Timeline, VideoToken, Window
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 import pytest
 
-from engines.latency import LatencyModel, LatencyPrior
-from engines.scheduler import (
+from lockstep.engines.latency import LatencyModel, LatencyPrior
+from lockstep.engines.scheduler import (
     DeadlineScheduler,
     FifoBatcher,
     SchedulerConfig,

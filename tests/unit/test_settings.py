@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from lockstep.errors import ConfigError
-from streams.settings import Settings, load_settings
+from lockstep.streams.settings import Settings, load_settings
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,8 @@
 import pytest
 
 from lockstep.errors import ConfigError
-from streams.settings import SloSettings, load_settings
-from streams.slo import BREACH, RECOVERED, Degradation, SloMonitor, Transition
+from lockstep.streams.settings import SloSettings, load_settings
+from lockstep.streams.slo import BREACH, RECOVERED, Degradation, SloMonitor, Transition
 
 pytestmark = pytest.mark.unit
 

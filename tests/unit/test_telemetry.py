@@ -2,7 +2,7 @@ import urllib.request
 
 import pytest
 
-from streams.telemetry import Telemetry
+from lockstep.streams.telemetry import Telemetry
 
 pytestmark = pytest.mark.unit
 

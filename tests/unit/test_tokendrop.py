@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from streams.router import Router
-from streams.settings import RouteSettings, SloSettings
-from streams.tokendrop import patch_mask
+from lockstep.streams.router import Router
+from lockstep.streams.settings import RouteSettings, SloSettings
+from lockstep.streams.tokendrop import patch_mask
+from lockstep.topics.codec import decode, encode
+from lockstep.topics.schemas import VideoToken
 from tests.factories import T0
 from tests.unit.test_router import _speech, _window
-from topics.codec import decode, encode
-from topics.schemas import VideoToken
 
 pytestmark = pytest.mark.unit
 

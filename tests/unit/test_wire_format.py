@@ -2,7 +2,7 @@
 
 Every record here is built the way a producer in another language would build it: the
 4-byte header by hand and the body with a plain MessagePack packer, never Lockstep's
-:func:`~topics.codec.encode` (which only serves to check the worked example).
+:func:`~lockstep.topics.codec.encode` (which only serves to check the worked example).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from aiokafka.partitioner import murmur2
 from pydantic import BaseModel
 
 from lockstep.errors import BadInput, DecodeError, SchemaError
-from topics.codec import Kind, decode, encode
-from topics.schemas import AudioToken, Modality, OcrToken, SensorToken, VideoToken
+from lockstep.topics.codec import Kind, decode, encode
+from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, VideoToken
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,155 @@
+"""SLO breach events: detection in every process, degraded mode where windows are made.
+
+:class:`SloTask` feeds the process's stage observations to a :class:`~lockstep.streams.slo.SloMonitor`
+and, on a timer, produces a :class:`~lockstep.topics.schemas.SloEvent` to ``slo.events`` for each
+breach raised, re-announced or cleared. :class:`SloListener` reads ``slo.events`` from its
+end without a consumer group (every process sees every event) into a
+:class:`~lockstep.streams.slo.Degradation`, which the align and route roles ask whether a window's
+class is in degraded mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from lockstep.agents.outbox import Outbox, wall_us
+from lockstep.errors import BadInput
+from lockstep.streams.settings import Settings
+from lockstep.streams.slo import BREACH, Degradation, SloMonitor, Transition
+from lockstep.streams.telemetry import Telemetry, monotonic_us
+from lockstep.topics import catalog
+from lockstep.topics.admin import admin_client, wait_for_partitions
+from lockstep.topics.codec import decode_as
+from lockstep.topics.schemas import SloEvent
+
+log = logging.getLogger(__name__)
+STAGE = "slo"
+
+
+class SloTask:
+    """Breach detection over this process's observations."""
+
+    def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
+        slo = settings.slo
+        self.monitor = SloMonitor(slo)
+        telemetry.watch(self.monitor, {c: slo.budget_tree(c) for c in slo.classes})
+        self.telemetry = telemetry
+        self.outbox = Outbox(app, STAGE)
+        self.source = f"{app.conf.id}@{socket.gethostname()}:{os.getpid()}"
+
+    async def on_tick(self) -> list[SloEvent]:
+        """Evaluate the monitor; produce and return the events of its transitions."""
+        self.outbox.raise_if_failed()
+        events = []
+        for transition in self.monitor.evaluate(monotonic_us()):
+            event = self.event(transition)
+            if event.kind == BREACH and not transition.renewed:
+                self.telemetry.slo_breaches.labels(event.stage, event.slo_class).inc()
+            log.warning("slo %s: %s p99 %.1f ms, budget %.1f ms", event.kind, event.stage,
+                        event.p99_ms, event.budget_ms,
+                        extra={"stage": event.stage, "slo_class": event.slo_class})
+            await self.outbox.send(catalog.SLO_EVENTS, event.slo_class.encode(), event)
+            events.append(event)
+        return events
+
+    def event(self, t: Transition) -> SloEvent:
+        """The wire record of a transition."""
+        return SloEvent(kind=t.kind, stage=t.stage, slo_class=t.slo_class,  # type: ignore[arg-type]
+                        p99_ms=round(t.p99_ms, 3), budget_ms=t.budget_ms, samples=t.samples,
+                        consecutive=t.consecutive, degrade=t.degrade, source=self.source,
+                        at_us=wall_us())
+
+
+class SloListener:
+    """Reads ``slo.events`` into the degraded mode of each SLO class."""
+
+    def __init__(self, settings: Settings, telemetry: Telemetry) -> None:
+        self.degradation = Degradation(settings.slo.breach.ttl_ms)
+        self.events: list[SloEvent] = []
+        self._settings = settings
+        self._telemetry = telemetry
+        kafka = settings.kafka
+        self._consumer = AIOKafkaConsumer(
+            **kafka.aiokafka_options(), enable_auto_commit=False, group_id=None,
+            fetch_max_wait_ms=kafka.fetch_max_wait_ms)
+        self._task: asyncio.Task[None] | None = None
+        for name in settings.slo.classes:
+            telemetry.slo_degraded.labels(name).set(0)
+
+    def degraded(self, slo_class: str) -> bool:
+        """Whether ``slo_class`` is in degraded mode now."""
+        return self.degradation.degraded(slo_class, monotonic_us())
+
+    async def start(self, timeout_s: float = 15.0) -> None:
+        """Assign ``slo.events`` at its end and start reading."""
+        consumer = self._consumer
+        await consumer.start()
+        try:
+            admin = admin_client(self._settings.kafka.confluent_config())
+            counts = await asyncio.to_thread(wait_for_partitions, admin, [catalog.SLO_EVENTS],
+                                             timeout_s)
+            partitions = [TopicPartition(catalog.SLO_EVENTS, p)
+                          for p in range(counts[catalog.SLO_EVENTS])]
+            consumer.assign(partitions)
+            await consumer.seek_to_end(*partitions)
+            for tp in partitions:
+                await consumer.position(tp)
+        except BaseException:
+            await consumer.stop()
+            raise
+        self._task = asyncio.create_task(self._run(), name="lockstep.slo.listener")
+
+    async def stop(self) -> None:
+        """Stop reading."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._consumer.stop()
+
+    def apply(self, event: SloEvent) -> None:
+        """Take one event and refresh the degraded-mode gauge."""
+        now = monotonic_us()
+        self.degradation.apply(event.kind, event.source, event.stage, event.slo_class,
+                               event.degrade, now)
+        self.events.append(event)
+        degraded = self.degradation.classes(now)
+        for name in {*self._settings.slo.classes, event.slo_class}:
+            self._telemetry.slo_degraded.labels(name).set(1 if name in degraded else 0)
+
+    async def _run(self) -> None:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=500, max_records=500)
+            for records in batches.values():
+                for record in records:
+                    try:
+                        event = decode_as(SloEvent, record.value)
+                    except BadInput as error:
+                        log.warning("undecodable record on %s: %s", catalog.SLO_EVENTS,
+                                    error.reason, extra={"stage": STAGE,
+                                                         "topic": catalog.SLO_EVENTS,
+                                                         "offset": record.offset})
+                        continue
+                    self.apply(event)
+            if not batches:
+                # Expire breaches that were not re-announced.
+                degraded = self.degradation.classes(monotonic_us())
+                for name in self._settings.slo.classes:
+                    self._telemetry.slo_degraded.labels(name).set(int(name in degraded))
+
+
+def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> SloTask:
+    """Register breach detection on ``app`` (every process runs it)."""
+    task = SloTask(app, settings, telemetry)
+
+    @app.timer(settings.slo.breach.evaluate_ms / 1000.0,  # type: ignore[untyped-decorator]
+               name="lockstep.slo.evaluate")
+    async def evaluate() -> None:
+        await task.on_tick()
+
+    return task

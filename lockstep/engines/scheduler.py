@@ -1,0 +1,364 @@
+"""Deadline- and priority-aware dynamic batching (the ``queue`` stage), as pure policies.
+
+A policy holds the admission queue of one pool and decides, each time it is polled with the
+current time and the engine's free slots, which requests to shed and which batch to
+dispatch. Nothing here reads a clock or touches Kafka; :mod:`lockstep.engines.dispatcher` drives a
+policy against a real engine, and the bench drives the three below on the same trace.
+
+:class:`DeadlineScheduler` (Lockstep's):
+
+- Order: earliest *virtual* deadline first, where a request's priority moves its deadline
+  forward by up to ``priority_lead_us``; equal deadlines go to the higher priority, then to
+  the earlier arrival.
+- Dispatch when the batch is full, when the most urgent request's slack falls below the
+  engine's expected latency for a batch one larger than now (P95, from
+  :class:`~lockstep.engines.latency.LatencyModel`) plus a margin, when the oldest request has
+  waited ``max_queue_delay_us``, or at once when the engine is free and, at the recent
+  arrival rate, not even one more request is expected before the batch would be due.
+- Batch formation: among the candidates "the first n requests that finish in time in a
+  batch of n" at each degradation level (fewer output tokens, fewer vision tokens), take
+  the one that strands the fewest requests (left out and unable to finish even in the
+  next batch), then the one that serves the most; a degraded batch shares its level's token
+  budget by uncertainty (``entropy * (1 - confidence)``, at least one token each).
+- Shedding: a request that cannot finish in time even alone at the most degraded level is
+  returned as expired (the worker answers it with status ``expired``), never dropped.
+
+:class:`FifoBatcher` is the Triton-style baseline (arrival order, dispatch when full or
+after a fixed max queue delay, no shedding); :class:`SingleBatcher` dispatches each request
+alone, in arrival order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from lockstep.engines.base import WorkItem
+from lockstep.engines.latency import LatencyModel
+from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.topics.schemas import Request
+
+H = TypeVar("H")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Knobs of a batching policy (see ``worker`` settings)."""
+
+    max_batch: int = 16
+    #: Admission bound: the worker stops fetching (pauses partitions) at this depth.
+    max_queue: int = 256
+    #: Dispatch once the oldest queued request has waited this long.
+    max_queue_delay_us: int = 20_000
+    #: Safety margin on top of the expected batch latency.
+    margin_us: int = 3_000
+    #: How far a priority of 1.0 moves a request's deadline forward in the order.
+    priority_lead_us: int = 10_000
+    #: Output tokens at full service.
+    full_tokens: int = 32
+    #: Token budget of each degradation level, as a fraction of ``full_tokens``.
+    token_fractions: tuple[float, ...] = (1.0, 0.5, 0.25)
+    degrade: bool = True
+    shed: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings, max_batch: int) -> SchedulerConfig:
+        """The knobs of the worker settings, ``max_batch`` capped by the engine's."""
+        return cls(
+            max_batch=max_batch, max_queue=settings.max_queue,
+            max_queue_delay_us=int(settings.max_wait_ms * 1000),
+            margin_us=int(settings.margin_ms * 1000),
+            priority_lead_us=int(settings.priority_lead_ms * 1000),
+            full_tokens=settings.max_new_tokens, token_fractions=settings.degrade_fractions,
+            degrade=settings.degrade, shed=settings.shed)
+
+    @property
+    def levels(self) -> range:
+        """The degradation levels a policy may use (full service alone without degrading)."""
+        return range(len(self.token_fractions)) if self.degrade else range(1)
+
+    def tokens_at(self, level: int) -> int:
+        """Output tokens per item at a degradation level."""
+        return max(1, round(self.full_tokens * self.token_fractions[level]))
+
+
+@dataclass(slots=True)
+class Pending(Generic[H]):
+    """A queued request and the handle the caller acknowledges once it is answered."""
+
+    handle: H
+    request: Request
+    arrived_us: int
+    order: tuple[int, float, int]
+    uncertainty: float
+
+
+@dataclass(frozen=True)
+class Batch(Generic[H]):
+    """A batch to run: work items and their handles, in the same order."""
+
+    items: list[WorkItem]
+    members: list[Pending[H]]
+    level: int
+    expected_us: int
+
+
+@dataclass(frozen=True)
+class Decision(Generic[H]):
+    """What to do now: a batch to dispatch (or None), requests to shed, when to poll again."""
+
+    batch: Batch[H] | None = None
+    expired: list[Pending[H]] = field(default_factory=list)
+    #: Poll again at this time even if nothing arrives (None: only on arrival).
+    wake_us: int | None = None
+
+
+class BatchPolicy(Protocol[H]):
+    """The interface the dispatcher drives."""
+
+    name: str
+    config: SchedulerConfig
+    latency: LatencyModel
+
+    def admit(self, handle: H, request: Request, now_us: int) -> None:
+        """Queue a request (the caller keeps the depth under ``max_queue``)."""
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Decide what to shed and dispatch now."""
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting."""
+
+    @property
+    def full(self) -> bool:
+        """Whether admission must stop (backpressure)."""
+
+
+def uncertainty(request: Request) -> float:
+    """``H(c) * (1 - c)`` of the gate's confidence ``c`` (binary entropy, bits)."""
+    c = request.confidence.get("gate")
+    if c is None:
+        present = [s.confidence for s in request.window.modalities.values()
+                   if s.present and s.confidence is not None]
+        c = sum(present) / len(present) if present else 0.5
+    if c <= 0.0 or c >= 1.0:
+        return 0.0 if c >= 1.0 else 1.0
+    entropy = -(c * math.log2(c) + (1.0 - c) * math.log2(1.0 - c))
+    return entropy * (1.0 - c)
+
+
+def share_budget(weights: Sequence[float], total: int, cap: int) -> list[int]:
+    """Split ``total`` tokens in proportion to ``weights``: at least 1 and at most ``cap`` each.
+
+    Equal shares when every weight is zero.
+    """
+    n = len(weights)
+    mass = sum(weights)
+    if mass <= 0.0:
+        return [max(1, min(cap, total // max(n, 1)))] * n
+    return [max(1, min(cap, round(total * w / mass))) for w in weights]
+
+
+class _Queue(Generic[H]):
+    """Shared bookkeeping: the queue, its bound and the latency model."""
+
+    name = "policy"
+
+    def __init__(self, config: SchedulerConfig, latency: LatencyModel | None = None) -> None:
+        self.config = config
+        self.latency = latency or LatencyModel(token_fractions=config.token_fractions)
+        self._queue: list[Pending[H]] = []
+        self._arrivals = itertools.count()
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting."""
+        return len(self._queue)
+
+    @property
+    def full(self) -> bool:
+        """Whether admission must stop (backpressure)."""
+        return len(self._queue) >= self.config.max_queue
+
+    def _pending(self, handle: H, request: Request, now_us: int,
+                 order: tuple[int, float, int]) -> Pending[H]:
+        return Pending(handle, request, now_us, order, uncertainty(request))
+
+    def _full_service(self, members: list[Pending[H]]) -> Batch[H]:
+        tokens = self.config.tokens_at(0)
+        items = [WorkItem(p.request, max_new_tokens=tokens) for p in members]
+        return Batch(items, members, 0, self.latency.expected_us(len(members)))
+
+
+class DeadlineScheduler(_Queue[H]):
+    """Lockstep's policy: EDF with priority lead, latency-model dispatch, degrade, shed."""
+
+    name = "lockstep"
+    #: Weight of the newest inter-arrival gap in the arrival-rate estimate.
+    RATE_ALPHA = 0.1
+    #: Arrivals seen before the rate is trusted.
+    MIN_GAPS = 8
+
+    def __init__(self, config: SchedulerConfig, latency: LatencyModel | None = None) -> None:
+        super().__init__(config, latency)
+        self._gap_us = 0.0  # mean inter-arrival (EWMA); unknown rate: assume company comes
+        self._last_arrival_us: int | None = None
+        self._gaps = 0
+
+    def admit(self, handle: H, request: Request, now_us: int) -> None:
+        """Queue a request in virtual-deadline order."""
+        if self._last_arrival_us is not None:
+            gap = max(0, now_us - self._last_arrival_us)
+            self._gaps += 1
+            # The first gaps set the estimate; then it moves by RATE_ALPHA per arrival.
+            alpha = max(self.RATE_ALPHA, 1.0 / self._gaps)
+            self._gap_us += alpha * (gap - self._gap_us)
+        self._last_arrival_us = now_us
+        lead = int(request.priority * self.config.priority_lead_us)
+        order = (request.deadline_us - lead, -request.priority, next(self._arrivals))
+        bisect.insort(self._queue, self._pending(handle, request, now_us, order),
+                      key=lambda p: p.order)
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Shed hopeless requests; dispatch a batch if a trigger fires."""
+        cfg = self.config
+        expired = self._shed(now_us) if cfg.shed else []
+        queue = self._queue
+        if not queue:
+            return Decision(None, expired, None)
+        wake = self._earliest_expiry()
+        if free_slots <= 0:
+            return Decision(None, expired, wake)
+        n = min(len(queue), cfg.max_batch)
+        head_deadline = min(p.request.deadline_us for p in queue[:n])
+        oldest = min(p.arrived_us for p in queue)
+        grow = self.latency.expected_us(min(n + 1, cfg.max_batch)) + cfg.margin_us
+        due = min(head_deadline - grow, oldest + cfg.max_queue_delay_us)
+        # Waiting only pays when company is expected before the batch is due: with the
+        # engine idle and fewer than one arrival expected by then, go now.
+        sparse = self._gaps >= self.MIN_GAPS and (due - now_us) < self._gap_us
+        if n < cfg.max_batch and now_us < due and not sparse:
+            return Decision(None, expired, due if wake is None else min(due, wake))
+        batch = self._form(now_us)
+        return Decision(batch, expired, None)
+
+    def _alone_us(self) -> int:
+        """The fastest a request can still be served: alone, at the most degraded level."""
+        return self.latency.expected_us(1, self.config.levels[-1])
+
+    def _shed(self, now_us: int) -> list[Pending[H]]:
+        alone = self._alone_us()
+        keep: list[Pending[H]] = []
+        expired: list[Pending[H]] = []
+        for p in self._queue:
+            (expired if p.request.deadline_us < now_us + alone else keep).append(p)
+        if expired:
+            self._queue = keep
+        return expired
+
+    def _earliest_expiry(self) -> int | None:
+        if not self.config.shed or not self._queue:
+            return None
+        return min(p.request.deadline_us for p in self._queue) - self._alone_us() + 1
+
+    def _form(self, now_us: int) -> Batch[H]:
+        cfg = self.config
+        queue = self._queue
+        reachable = min(len(queue), cfg.max_batch)
+        level, members = self._choose(now_us)
+        if not members:  # nothing can make it (shedding off): serve the most urgent anyway
+            members, level = queue[:reachable], 0
+        chosen = {id(p) for p in members}
+        self._queue = [p for p in queue if id(p) not in chosen]
+        if level == 0:
+            return self._full_service(members)
+        cap = cfg.tokens_at(level)
+        tokens = share_budget([p.uncertainty for p in members], cap * len(members), cap)
+        items = [WorkItem(p.request, max_new_tokens=t, reduce_vision=True, level=level)
+                 for p, t in zip(members, tokens, strict=True)]
+        return Batch(items, members, level, self.latency.expected_us(len(members), level))
+
+    def _choose(self, now_us: int) -> tuple[int, list[Pending[H]]]:
+        """The (level, members) that loses the fewest requests, then serves the most.
+
+        Candidates, per level and batch size ``n``: the first ``n`` requests in order that
+        finish in time in a batch of ``n``. A candidate *loses* the requests it leaves out
+        that could not finish even in the batch after it (alone, at the most degraded
+        level); losses and service are weighted by ``1 + priority``. Ties go to less
+        degradation, then to the smaller (faster) batch.
+        """
+        cfg = self.config
+        queue = self._queue
+        deadlines = np.fromiter((p.request.deadline_us for p in queue), np.int64, len(queue))
+        weights = np.fromiter((1.0 + p.request.priority for p in queue), np.float64,
+                              len(queue))
+        after = self._alone_us() + cfg.margin_us
+        best: tuple[float, float] | None = None
+        choice: tuple[int, np.ndarray] = (0, np.empty(0, np.intp))
+        for level in cfg.levels:
+            for n in range(1, min(len(queue), cfg.max_batch) + 1):
+                took = np.flatnonzero(deadlines >= now_us + self._finish(n, level))[:n]
+                done = now_us + self.latency.expected_us(max(len(took), 1), level)
+                left = np.ones(len(queue), bool)
+                left[took] = False
+                lost = float(weights[left & (deadlines < done + after)].sum())
+                key = (-lost, float(weights[took].sum()))
+                if best is None or key > best:
+                    best, choice = key, (level, took)
+        level, took = choice
+        return level, [queue[i] for i in took]
+
+    def _finish(self, n: int, level: int) -> int:
+        return self.latency.expected_us(n, level) + self.config.margin_us
+
+
+class FifoBatcher(_Queue[H]):
+    """Triton-style: arrival order, dispatch when full or after a fixed max queue delay."""
+
+    name = "fifo"
+
+    def admit(self, handle: H, request: Request, now_us: int) -> None:
+        """Queue a request at the back."""
+        self._queue.append(self._pending(handle, request, now_us, (0, 0.0, 0)))
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Dispatch the head of the queue when full or when it has waited long enough."""
+        if not self._queue:
+            return Decision()
+        due = self._queue[0].arrived_us + self.config.max_queue_delay_us
+        if free_slots <= 0 or (len(self._queue) < self.config.max_batch and now_us < due):
+            return Decision(None, [], due if free_slots > 0 else None)
+        members = self._queue[:self.config.max_batch]
+        del self._queue[:self.config.max_batch]
+        return Decision(self._full_service(members))
+
+
+class SingleBatcher(FifoBatcher[H]):
+    """Batch size 1, arrival order, no waiting."""
+
+    name = "batch1"
+
+    def poll(self, now_us: int, free_slots: int) -> Decision[H]:
+        """Dispatch the oldest request alone whenever the engine is free."""
+        if not self._queue or free_slots <= 0:
+            return Decision()
+        return Decision(self._full_service([self._queue.pop(0)]))
+
+
+def make_policy(name: str, config: SchedulerConfig,
+                latency: LatencyModel | None = None) -> BatchPolicy[H]:
+    """The policy called ``name``: ``lockstep``, ``fifo`` or ``batch1``."""
+    policies: dict[str, type[_Queue[H]]] = {
+        "lockstep": DeadlineScheduler, "fifo": FifoBatcher, "batch1": SingleBatcher}
+    try:
+        return policies[name](config, latency)  # type: ignore[return-value]
+    except KeyError:
+        raise ValueError(f"unknown batching policy {name!r}; choose from "
+                         f"{', '.join(policies)}") from None

@@ -1,0 +1,398 @@
+"""Lockstep's settings: one pydantic-settings model, env prefix ``LOCKSTEP_``.
+
+Nested per concern with ``__`` (``LOCKSTEP_ALIGN__TOLERANCE_MS=10``), or from a TOML file
+given by ``--config`` / ``LOCKSTEP_CONFIG``. Environment variables win over the file.
+Nothing is read at import time: call :func:`load_settings`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from lockstep.errors import ConfigError
+from lockstep.streams.worker_settings import WorkerSettings
+
+Ms = Annotated[float, Field(ge=0.0)]
+PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,31}$")]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Section):
+    """Kafka client options shared by every client Lockstep creates."""
+
+    bootstrap_servers: str | None = None
+    client_id: str = "lockstep"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    session_timeout_ms: Annotated[int, Field(ge=3000)] = 10_000
+    max_record_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
+    #: How long a consumer's fetch may wait for data. Kafka answers as soon as data
+    #: arrives; the embedded broker holds the fetch for the whole wait, so keep it small there.
+    fetch_max_wait_ms: Annotated[int, Field(ge=1, le=30_000)] = 500
+    #: Extra librdkafka options for the confluent-kafka clients (admin, publisher).
+    confluent_extra: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and not (
+            self.sasl_mechanism and self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(
+                "SASL needs kafka.sasl_mechanism, kafka.sasl_username and kafka.sasl_password"
+            )
+        return self
+
+    def require_bootstrap(self) -> str:
+        """Return the bootstrap servers or raise a :class:`ConfigError` saying how to set them."""
+        if not self.bootstrap_servers:
+            raise ConfigError(
+                "no Kafka bootstrap servers: pass --bootstrap HOST:PORT "
+                "or set LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS"
+            )
+        return self.bootstrap_servers
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """Build the TLS context for SSL / SASL_SSL, or None for plaintext."""
+        if not self.security_protocol.endswith("SSL"):
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context
+
+    def aiokafka_options(self) -> dict[str, Any]:
+        """Connection options for aiokafka clients."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.require_bootstrap(),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        context = self.ssl_context()
+        if context is not None:
+            options["ssl_context"] = context
+        if self.sasl_mechanism:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = (
+                self.sasl_password.get_secret_value() if self.sasl_password else None
+            )
+        return options
+
+    def confluent_config(self) -> dict[str, str]:
+        """Connection options for confluent-kafka (librdkafka) clients."""
+        config = {
+            "bootstrap.servers": self.require_bootstrap(),
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol.lower(),
+        }
+        if self.ssl_cafile:
+            config["ssl.ca.location"] = str(self.ssl_cafile)
+        if self.ssl_certfile:
+            config["ssl.certificate.location"] = str(self.ssl_certfile)
+        if self.ssl_keyfile:
+            config["ssl.key.location"] = str(self.ssl_keyfile)
+        if self.sasl_mechanism and self.sasl_username and self.sasl_password:
+            config["sasl.mechanism"] = self.sasl_mechanism
+            config["sasl.username"] = self.sasl_username
+            config["sasl.password"] = self.sasl_password.get_secret_value()
+        config.update(self.confluent_extra)
+        return config
+
+
+class TopicsSettings(_Section):
+    """Partitioning of the topic catalog."""
+
+    media_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
+    pipeline_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
+    replication_factor: Annotated[int, Field(ge=1, le=16)] = 1
+    pools: tuple[PoolName, ...] = ("vl", "text")
+    media_retention_ms: Annotated[int, Field(ge=60_000)] = 3_600_000
+    deadletter_retention_ms: Annotated[int, Field(ge=60_000)] = 7 * 86_400_000
+
+
+ModalityName = Literal["video", "audio", "ocr", "sensor"]
+
+
+class AlignSettings(_Section):
+    """Event-time alignment (see lockstep.streams.aligner)."""
+
+    #: Window length for streams without video (with video, windows follow the frames).
+    hop_ms: Annotated[float, Field(gt=1.0, le=10_000.0)] = 100.0
+    #: How far a matched token may be from the anchor, by default and per modality.
+    tolerance_ms: Ms = 15.0
+    tolerances_ms: dict[ModalityName, Ms] = Field(default_factory=dict)
+    #: Longest wait past a window's end (in the stream's own transport lag) before it goes
+    #: out partial.
+    max_wait_ms: Ms = 60.0
+    #: How far past a window's end a watermark must be when no cadence is known.
+    grace_ms: Ms = 10.0
+    #: Modalities a window is partial without, even before the stream ever sent them.
+    required: tuple[ModalityName, ...] = ("video", "audio")
+    #: A dense modality silent this long is idle: named missing, no longer waited for.
+    idle_ms: Annotated[float, Field(gt=0.0)] = 500.0
+    #: How long an OCR capture stays valid when nothing replaces it.
+    ocr_ttl_ms: Annotated[float, Field(gt=0.0)] = 2000.0
+    #: Known clock offsets against video (a modality whose clock runs ahead is positive).
+    clock_offsets_ms: dict[ModalityName, float] = Field(default_factory=dict)
+    #: Estimate the offsets not configured from the floors of the modalities' transport lag.
+    estimate_offsets: bool = True
+    #: Captures a recovered clock (and the video clock) must have fitted before a pairing
+    #: with it is trusted; younger pairings leave the modality missing (a partial window).
+    settle_points: Annotated[int, Field(ge=1)] = 32
+    #: Estimated offsets smaller than this are treated as zero. 0: every estimate is
+    #: applied, which also cancels what is left of the clock fits' intercept error.
+    offset_min_ms: Ms = 0.0
+    #: Tokens from further than this in the future (by the task's clock) are dead-lettered.
+    max_future_ms: Ms = 5_000.0
+    #: Per stream: buffered tokens beyond this force the oldest window out.
+    max_buffered_tokens: Annotated[int, Field(ge=16)] = 4096
+    #: Sample windows down (every n-th frame anchors one) while the SLA is at risk.
+    allow_downsampling: bool = True
+    max_stride: Annotated[int, Field(ge=1, le=64)] = 4
+    #: Records behind the log end on any media partition above which the task is catching
+    #: up: windows then close on watermarks, not deadlines (see lockstep.streams.aligner).
+    catchup_records: Annotated[int, Field(ge=1)] = 200
+    #: ... or reading records produced longer ago than this.
+    catchup_lag_ms: Annotated[float, Field(gt=0.0)] = 1000.0
+    #: Share of a window's e2e budget that may be spent by the time it is aligned; above
+    #: it the SLA counts as at risk.
+    budget_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+
+
+RouteName = Literal["full", "vision_only", "text_only", "early_exit"]
+
+
+def _default_route_pools() -> dict[RouteName, PoolName]:
+    return {"full": "vl", "vision_only": "vl", "text_only": "text", "early_exit": "text"}
+
+
+def _default_domains() -> dict[str, Domain]:
+    return {
+        "medical": Domain(weight=2.3, keywords=("pain", "bleeding", "heart", "pulse", "doctor",
+                                                 "ambulance", "breath", "dose", "allergy")),
+        "finance": Domain(weight=2.3, keywords=("pay", "payment", "transfer", "account",
+                                                 "invoice", "price", "refund", "balance")),
+        "safety": Domain(weight=1.5, keywords=("stop", "exit", "fire", "warning", "danger",
+                                                "help", "brake", "emergency")),
+        "command": Domain(weight=1.0, keywords=("open", "close", "call", "navigate", "play",
+                                                 "turn", "set", "show", "start")),
+    }
+
+
+class Domain(_Section):
+    """Keywords of one domain and how much a hit raises a window's semantic importance."""
+
+    weight: Annotated[float, Field(ge=0.0)]
+    keywords: tuple[str, ...]
+
+
+class RouteSettings(_Section):
+    """Confidence gating, routes and priorities (see lockstep.streams.router)."""
+
+    #: Engine pool of each route; a pool is a topic ``requests.<pool>``.
+    pools: dict[RouteName, PoolName] = Field(default_factory=_default_route_pools)
+    #: A modality below this confidence is untrustworthy and routed around.
+    min_confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    #: The full route needs the alignment gate at least this open.
+    gate_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    #: ASR confidence above which a window with a clear intent exits early (text only).
+    early_exit_asr: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
+    text_weight: Annotated[float, Field(ge=0.0)] = 0.45
+    image_weight: Annotated[float, Field(ge=0.0)] = 0.55
+    audio_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    gate_steepness: Annotated[float, Field(gt=0.0)] = 10.0
+    #: Alignment error (largest pairing skew) that counts against a stream's gate.
+    recalibrate_error_ms: Annotated[float, Field(gt=0.0)] = 80.0
+    #: ``a`` in priority = a * semantic importance + (1 - a) * SLA risk.
+    priority_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.65
+    domains: dict[str, Domain] = Field(default_factory=_default_domains)
+    #: Token drop: image patches of this size whose luma varies less than the threshold
+    #: (standard deviation) are marked for the engine to skip; 0 turns it off.
+    patch_size: Annotated[int, Field(ge=0, le=256)] = 8
+    patch_min_std: Annotated[float, Field(ge=0.0)] = 2.0
+    #: Valid range of each sensor's values; a reading outside is untrustworthy.
+    sensor_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+
+class SloClass(_Section):
+    """An SLO class: end-to-end budget and the frame rate it was set for."""
+
+    e2e_ms: Annotated[float, Field(gt=0.0)]
+    fps: Annotated[float, Field(gt=0.0)]
+    drop_frames: bool = True
+
+
+def _default_slo_classes() -> dict[str, SloClass]:
+    return {
+        "cabin": SloClass(e2e_ms=120.0, fps=30.0),
+        "surgical": SloClass(e2e_ms=80.0, fps=60.0, drop_frames=False),
+        "ar": SloClass(e2e_ms=200.0, fps=25.0),
+    }
+
+
+class BreachSettings(_Section):
+    """Breach detection and degraded mode (see lockstep.streams.slo)."""
+
+    #: The sliding window the P99 is taken over, and how often it is evaluated.
+    window_ms: Annotated[float, Field(gt=0.0)] = 5_000.0
+    evaluate_ms: Annotated[float, Field(gt=0.0)] = 1_000.0
+    #: Fewer samples in the window than this hold the verdict (no evidence either way).
+    min_samples: Annotated[int, Field(ge=1)] = 20
+    #: Consecutive evaluations over budget that raise a breach, and under
+    #: ``recover_ratio`` x budget that clear it (between the two nothing changes).
+    breach_after: Annotated[int, Field(ge=1)] = 3
+    recover_after: Annotated[int, Field(ge=1)] = 3
+    recover_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    #: Stages whose breach switches their class to its degraded mode (others only report).
+    degrade_on: tuple[str, ...] = ("e2e",)
+    #: Degraded mode: windows that would take the full route take this partial route, and
+    #: the aligner keeps one window per ``degraded_stride`` frames (classes that may drop them).
+    degraded_route: Literal["text_only", "vision_only"] = "text_only"
+    degraded_stride: Annotated[int, Field(ge=1, le=64)] = 2
+    #: A breach not re-announced for this long is forgotten (its process may have died).
+    ttl_ms: Annotated[float, Field(gt=0.0)] = 30_000.0
+
+
+#: The stages an e2e latency is made of (``publish`` overlaps ``transport``).
+E2E_STAGES = ("transport", "align", "route", "queue", "infer", "respond")
+
+
+class SloSettings(_Section):
+    """SLO classes and the per-stage budget tree (stages other than inference: 12 ms P99)."""
+
+    classes: dict[str, SloClass] = Field(default_factory=_default_slo_classes)
+    default_class: str = "cabin"
+    stage_p99_ms: Annotated[float, Field(gt=0.0)] = 12.0
+    #: Per-stage P99 budgets that replace ``stage_p99_ms`` (``infer`` defaults to what the
+    #: class's e2e budget leaves after the other stages of :data:`E2E_STAGES`).
+    stages_ms: dict[str, Annotated[float, Field(gt=0.0)]] = Field(default_factory=dict)
+    breach: BreachSettings = Field(default_factory=BreachSettings)
+    #: The class each stream declares: stream-id glob pattern → class, first match wins
+    #: (``{"or-*" = "surgical", "hud-*" = "ar"}``); other streams take ``default_class``.
+    streams: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> SloSettings:
+        if self.default_class not in self.classes:
+            raise ValueError(f"slo.default_class {self.default_class!r} is not in slo.classes")
+        unknown = sorted(set(self.streams.values()) - set(self.classes))
+        if unknown:
+            raise ValueError(f"slo.streams names classes not in slo.classes: {unknown}")
+        for name in self.classes:
+            if self.stage_budget_ms("infer", name) <= 0:
+                raise ValueError(f"slo class {name!r}: the stage budgets exceed its e2e budget")
+        return self
+
+    def class_of(self, stream_id: str) -> str:
+        """The SLO class ``stream_id`` declares through ``slo.streams`` (or the default)."""
+        for pattern, slo_class in self.streams.items():
+            if fnmatch.fnmatchcase(stream_id, pattern):
+                return slo_class
+        return self.default_class
+
+    def budget_ms(self, slo_class: str) -> float:
+        """The e2e budget of a class, falling back to the default class."""
+        return self.classes.get(slo_class, self.classes[self.default_class]).e2e_ms
+
+    def stage_budget_ms(self, stage: str, slo_class: str) -> float:
+        """The P99 budget of one stage in a class (``e2e``: the class's budget)."""
+        if stage == "e2e":
+            return self.budget_ms(slo_class)
+        if stage in self.stages_ms:
+            return self.stages_ms[stage]
+        if stage == "infer":
+            others = sum(self.stage_budget_ms(s, slo_class) for s in E2E_STAGES if s != "infer")
+            return self.budget_ms(slo_class) - others
+        return self.stage_p99_ms
+
+    def budget_tree(self, slo_class: str) -> dict[str, float]:
+        """The e2e budget of a class and the P99 budget of each stage it is made of."""
+        return {s: self.stage_budget_ms(s, slo_class) for s in ("e2e", "publish", *E2E_STAGES)}
+
+
+class MetricsSettings(_Section):
+    """The Prometheus endpoint each process serves."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"  # scraped from other hosts/pods
+    port: Annotated[int, Field(ge=0, le=65535)] = 9464
+
+
+class Settings(BaseSettings):
+    """Every setting of a Lockstep process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LOCKSTEP_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    topics: TopicsSettings = Field(default_factory=TopicsSettings)
+    align: AlignSettings = Field(default_factory=AlignSettings)
+    route: RouteSettings = Field(default_factory=RouteSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    slo: SloSettings = Field(default_factory=SloSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    app_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._\-]+$")] = "lockstep"
+    #: Faust's working directory (Lockstep keeps no state on disk; this holds nothing).
+    data_dir: Path = Field(default_factory=lambda: Path(tempfile.gettempdir()) / "lockstep")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Order: explicit arguments, environment, then the TOML file if one is named."""
+        del dotenv_settings, file_secret_settings
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Load settings from the environment, an optional TOML file and explicit overrides.
+
+    Args:
+        config: A TOML file whose tables mirror the sections (``[align]``, ``[kafka]``...).
+        **overrides: Section values that win over everything (the CLI's flags).
+
+    Raises:
+        ConfigError: The file is missing or a value is invalid.
+    """
+    settings_cls: type[Settings] = Settings
+    if config is not None:
+        if not config.is_file():
+            raise ConfigError(f"config file {config} does not exist")
+
+        class _FromFile(Settings):
+            model_config = SettingsConfigDict(toml_file=config)
+
+        settings_cls = _FromFile
+    try:
+        return settings_cls(**overrides)
+    except ValueError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc

@@ -1,0 +1,170 @@
+"""Breach detection and degraded mode (SLO accounting).
+
+Pure: time is passed in. :class:`SloMonitor` keeps a sliding window of latency samples per
+(stage, SLO class) and, every ``evaluate_ms``, compares the window's P99 with the stage's
+budget (:meth:`~lockstep.streams.settings.SloSettings.stage_budget_ms`). Three consecutive
+evaluations over budget raise a breach; it clears after three consecutive evaluations under
+``recover_ratio`` x budget (hysteresis: between the two, nothing changes). While a breach
+lasts it is announced again every ``ttl_ms / 3``, so that :class:`Degradation`, which turns
+breach and recovery events into the degraded mode of each class, can forget a breach whose
+process died without announcing its recovery.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lockstep.streams.settings import SloSettings
+
+BREACH = "breach"
+RECOVERED = "recovered"
+#: Samples kept per (stage, class) whatever the window's length.
+_MAX_SAMPLES = 8192
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A breach raised (or re-announced) or cleared by one evaluation."""
+
+    kind: str
+    stage: str
+    slo_class: str
+    p99_ms: float
+    budget_ms: float
+    samples: int
+    consecutive: int
+    degrade: bool
+    #: A breach announced again while it lasts (not a new one).
+    renewed: bool = False
+
+
+@dataclass
+class _Track:
+    samples: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_MAX_SAMPLES))
+    over: int = 0
+    under: int = 0
+    breached: bool = False
+    announced_us: int = 0
+
+
+class SloMonitor:
+    """Sliding-window P99 per stage and SLO class against the budget tree.
+
+    Observations without a class count against the default class.
+    """
+
+    def __init__(self, slo: SloSettings) -> None:
+        self._slo = slo
+        self._b = slo.breach
+        self._tracks: dict[tuple[str, str], _Track] = {}
+        self._evaluated_us: int | None = None
+        self._lock = threading.Lock()  # observations may come from engine threads
+
+    def observe(self, stage: str, slo_class: str, seconds: float, now_us: int) -> None:
+        """Add one latency sample taken at ``now_us``."""
+        key = (stage, slo_class or self._slo.default_class)
+        with self._lock:
+            track = self._tracks.get(key)
+            if track is None:
+                track = self._tracks[key] = _Track()
+            track.samples.append((now_us, seconds))
+
+    def due(self, now_us: int) -> bool:
+        """Whether an evaluation is due at ``now_us``."""
+        return (self._evaluated_us is None
+                or now_us - self._evaluated_us >= self._b.evaluate_ms * 1000)
+
+    def evaluate(self, now_us: int) -> list[Transition]:
+        """Evaluate every (stage, class) if due; return the breaches raised or cleared."""
+        if not self.due(now_us):
+            return []
+        self._evaluated_us = now_us
+        horizon = now_us - int(self._b.window_ms * 1000)
+        out = []
+        with self._lock:
+            snapshot = []
+            for key, track in self._tracks.items():
+                while track.samples and track.samples[0][0] < horizon:
+                    track.samples.popleft()
+                snapshot.append((key, track, [v for _, v in track.samples]))
+        for (stage, slo_class), track, values in snapshot:
+            transition = self._judge(stage, slo_class, track, values, now_us)
+            if transition is not None:
+                out.append(transition)
+        return out
+
+    def breached(self) -> set[tuple[str, str]]:
+        """The (stage, class) pairs in breach now."""
+        return {key for key, track in self._tracks.items() if track.breached}
+
+    def _judge(self, stage: str, slo_class: str, track: _Track, values: list[float],
+               now_us: int) -> Transition | None:
+        b = self._b
+        budget_ms = self._slo.stage_budget_ms(stage, slo_class)
+        # An empty window counts as under budget (nothing ran, nothing was slow).
+        p99_ms = float(np.percentile(values, 99)) * 1e3 if values else 0.0
+        if 0 < len(values) < b.min_samples:
+            return self._reannounce(stage, slo_class, track, budget_ms, p99_ms, len(values),
+                                    now_us)
+        if p99_ms > budget_ms:
+            track.over, track.under = track.over + 1, 0
+        elif p99_ms <= budget_ms * b.recover_ratio:
+            track.over, track.under = 0, track.under + 1
+        else:
+            track.over = track.under = 0
+        degrade = stage in b.degrade_on
+        if not track.breached and track.over >= b.breach_after:
+            track.breached, track.announced_us = True, now_us
+            return Transition(BREACH, stage, slo_class, p99_ms, budget_ms, len(values),
+                              track.over, degrade)
+        if track.breached and track.under >= b.recover_after:
+            track.breached = False
+            return Transition(RECOVERED, stage, slo_class, p99_ms, budget_ms, len(values),
+                              track.under, degrade)
+        return self._reannounce(stage, slo_class, track, budget_ms, p99_ms, len(values),
+                                now_us)
+
+    def _reannounce(self, stage: str, slo_class: str, track: _Track, budget_ms: float,
+                    p99_ms: float, samples: int, now_us: int) -> Transition | None:
+        if not track.breached or now_us - track.announced_us < self._b.ttl_ms * 1000 / 3:
+            return None
+        track.announced_us = now_us
+        return Transition(BREACH, stage, slo_class, p99_ms, budget_ms, samples, track.over,
+                          stage in self._b.degrade_on, renewed=True)
+
+
+class Degradation:
+    """Which SLO classes are in degraded mode, from the breach events of every process.
+
+    A class is degraded while any process reports a degrading stage of it in breach; a
+    breach not re-announced within ``ttl_ms`` is forgotten.
+    """
+
+    def __init__(self, ttl_ms: float) -> None:
+        self._ttl_us = int(ttl_ms * 1000)
+        self._breaches: dict[tuple[str, str, str], int] = {}
+
+    def apply(self, kind: str, source: str, stage: str, slo_class: str, degrade: bool,
+              now_us: int) -> None:
+        """Take one breach or recovery event received at ``now_us``."""
+        if not degrade:
+            return
+        key = (source, stage, slo_class)
+        if kind == BREACH:
+            self._breaches[key] = now_us
+        else:
+            self._breaches.pop(key, None)
+
+    def degraded(self, slo_class: str, now_us: int) -> bool:
+        """Whether ``slo_class`` is in degraded mode at ``now_us``."""
+        return slo_class in self.classes(now_us)
+
+    def classes(self, now_us: int) -> set[str]:
+        """Every class in degraded mode at ``now_us``."""
+        for key in [k for k, at in self._breaches.items() if now_us - at > self._ttl_us]:
+            del self._breaches[key]
+        return {slo_class for _, _, slo_class in self._breaches}

@@ -1,0 +1,203 @@
+"""SLA telemetry: the Prometheus metrics of DESIGN.md and exact recent percentiles.
+
+One :class:`Telemetry` per process, built on its own registry (no import-time
+registration). Each observation goes to the Prometheus histogram and to a bounded ring of
+recent samples, from which :meth:`Telemetry.snapshot` reports exact P50/P99 for the
+CLI's summary, and, once :meth:`Telemetry.watch` is called, to the SLO breach detector
+(:mod:`lockstep.streams.slo`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from lockstep.streams.slo import SloMonitor
+
+STAGES: Final = ("publish", "transport", "align", "route", "queue", "infer", "respond", "e2e")
+#: Fine enough to resolve a 12 ms P99 (1 ms steps around it), sub-millisecond ones (0.1 ms
+#: steps below 0.5 ms) and seconds; every SLO class's default e2e budget is a bound.
+LATENCY_BUCKETS: Final = (
+    0.00005, 0.0001, 0.0002, 0.0003, 0.0004, 0.0005, 0.0006, 0.0008, 0.001, 0.0015, 0.002,
+    0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.010, 0.011, 0.012, 0.013, 0.015,
+    0.0175, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12, 0.15, 0.2,
+    0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
+)
+BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_RING = 65_536
+
+
+def monotonic_us() -> int:
+    """The clock the SLO monitor's samples are taken on (monotonic, in microseconds)."""
+    return time.monotonic_ns() // 1000
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """Exact statistics over the recent samples of one stage (milliseconds)."""
+
+    count: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+class _Ring:
+    def __init__(self, size: int = _RING) -> None:
+        self._buf = np.zeros(size, dtype=np.float64)
+        self._n = 0
+
+    def add(self, value: float) -> None:
+        self._buf[self._n % len(self._buf)] = value
+        self._n += 1
+
+    def stats(self) -> StageStats:
+        data = self._buf[: min(self._n, len(self._buf))]
+        if not len(data):
+            return StageStats(0, 0.0, 0.0, 0.0)
+        p50, p99 = np.percentile(data, [50, 99])
+        return StageStats(self._n, float(p50) * 1e3, float(p99) * 1e3, float(data.max()) * 1e3)
+
+
+class Telemetry:
+    """The metrics of one process."""
+
+    def __init__(self, stage_budget_s: float = 0.012,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.stage_budget_s = stage_budget_s
+        r = self.registry
+        self.stage_latency = Histogram(
+            "lockstep_stage_latency_seconds", "Latency of one pipeline stage.",
+            ["stage", "route", "pool", "slo_class"], buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e_latency = Histogram(
+            "lockstep_e2e_latency_seconds",
+            "Capture time of the newest token in a window to response produced.",
+            ["route", "slo_class"], buckets=LATENCY_BUCKETS, registry=r)
+        self.slo_violations = Counter(
+            "lockstep_slo_violations", "Observations over their stage or e2e budget.",
+            ["stage", "slo_class"], registry=r)
+        self.windows = Counter("lockstep_windows", "Windows routed.", ["route"], registry=r)
+        self.tokens = Counter("lockstep_tokens", "Tokens by final outcome.",
+                              ["modality", "outcome"], registry=r)
+        self.batch_size = Histogram("lockstep_batch_size", "Requests per engine batch.",
+                                    ["pool"], buckets=BATCH_BUCKETS, registry=r)
+        self.queue_depth = Gauge("lockstep_queue_depth", "Requests waiting for an engine.",
+                                 ["pool"], registry=r)
+        self.requests = Counter(
+            "lockstep_requests", "Requests answered by a worker, by status (ok, expired: "
+            "shed because it could no longer meet its deadline, failed: dead-lettered).",
+            ["pool", "status"], registry=r)
+        self.degraded = Counter(
+            "lockstep_requests_degraded", "Requests served degraded (fewer output and vision "
+            "tokens) to meet their deadline, by level.", ["pool", "level"], registry=r)
+        self.consumer_lag = Gauge(
+            "lockstep_consumer_lag", "Records between a group's committed offsets and the "
+            "log end, summed over a topic's partitions (from the admin API).",
+            ["topic", "group"], registry=r)
+        self.e2e_expired = Counter(
+            "lockstep_e2e_expired", "Requests shed unanswered (they count against the e2e "
+            "SLO: the denominator of attainment is lockstep_e2e_latency_seconds_count plus "
+            "this).", ["slo_class"], registry=r)
+        self.slo_breaches = Counter(
+            "lockstep_slo_breaches", "Breaches raised: a stage's sliding-window P99 over its "
+            "budget for consecutive evaluations (re-announcements not counted).",
+            ["stage", "slo_class"], registry=r)
+        self.slo_degraded = Gauge(
+            "lockstep_slo_degraded", "1 while an SLO class runs in its degraded mode.",
+            ["slo_class"], registry=r)
+        self.slo_budget = Gauge(
+            "lockstep_slo_budget_seconds", "P99 budget of each stage (and e2e) per SLO class.",
+            ["stage", "slo_class"], registry=r)
+        self.token_drop = Histogram(
+            "lockstep_token_drop_ratio", "Share of a window's image patches marked droppable.",
+            ["route"], buckets=(0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0), registry=r)
+        self.align_fps = Gauge(
+            "lockstep_align_fps", "Frame rate over streams: effective (captured) and target "
+            "(windows emitted; lower while the SLA is at risk).", ["kind"], registry=r)
+        self.clock_offset = Gauge(
+            "lockstep_align_clock_offset_ms", "Mean clock offset of a modality against video, "
+            "configured or estimated.", ["modality"], registry=r)
+        self.clock_jitter = Gauge(
+            "lockstep_align_clock_jitter_ms", "Mean timestamp jitter (residual sigma) of a "
+            "modality's recovered capture clock.", ["modality"], registry=r)
+        self._rings: dict[str, _Ring] = {}
+        self._e2e_total = 0
+        self._e2e_met = 0
+        self._lock = threading.Lock()
+        self._slo: SloMonitor | None = None
+
+    def watch(self, monitor: SloMonitor, budgets: Mapping[str, Mapping[str, float]]) -> None:
+        """Feed every stage and e2e observation to ``monitor`` from now on.
+
+        Args:
+            monitor: The breach detector.
+            budgets: Per SLO class, the P99 budget of each stage in milliseconds (exported
+                as ``lockstep_slo_budget_seconds`` for dashboards and ``lockstep top``).
+        """
+        self._slo = monitor
+        for slo_class, tree in budgets.items():
+            for stage, ms in tree.items():
+                self.slo_budget.labels(stage, slo_class).set(ms / 1000.0)
+
+    def stage(self, stage: str, seconds: float, *, route: str = "", pool: str = "",
+              slo_class: str = "") -> None:
+        """Record one latency observation of a pipeline stage."""
+        self.stage_latency.labels(stage, route, pool, slo_class).observe(seconds)
+        if seconds > self.stage_budget_s and stage not in ("infer", "e2e"):
+            self.slo_violations.labels(stage, slo_class).inc()
+        self._ring(stage).add(seconds)
+        if self._slo is not None:
+            self._slo.observe(stage, slo_class, seconds, monotonic_us())
+
+    def e2e(self, seconds: float, *, route: str, slo_class: str, budget_s: float) -> None:
+        """Record one end-to-end latency against its SLO class budget."""
+        self.e2e_latency.labels(route, slo_class).observe(seconds)
+        self._ring("e2e").add(seconds)
+        if self._slo is not None:
+            self._slo.observe("e2e", slo_class, seconds, monotonic_us())
+        met = seconds <= budget_s
+        if not met:
+            self.slo_violations.labels("e2e", slo_class).inc()
+        with self._lock:
+            self._e2e_total += 1
+            self._e2e_met += met
+
+    def expired(self, *, slo_class: str) -> None:
+        """Count a request shed by a worker as a missed end-to-end SLO (it got no answer)."""
+        self.slo_violations.labels("e2e", slo_class).inc()
+        self.e2e_expired.labels(slo_class).inc()
+        with self._lock:
+            self._e2e_total += 1
+
+    def token(self, modality: str, outcome: str, n: int = 1) -> None:
+        """Count tokens by outcome: window, late, deadletter, duplicate."""
+        self.tokens.labels(modality, outcome).inc(n)
+
+    def _ring(self, stage: str) -> _Ring:
+        ring = self._rings.get(stage)
+        if ring is None:
+            with self._lock:
+                ring = self._rings.setdefault(stage, _Ring())
+        return ring
+
+    def stage_stats(self) -> Mapping[str, StageStats]:
+        """Exact P50/P99 of the recent samples of every stage seen, in DESIGN order."""
+        order = {s: i for i, s in enumerate(STAGES)}
+        return {s: self._rings[s].stats()
+                for s in sorted(self._rings, key=lambda s: order.get(s, len(order)))}
+
+    def slo_attainment(self) -> float | None:
+        """Fraction of responses within their class's e2e budget (None before any)."""
+        return self._e2e_met / self._e2e_total if self._e2e_total else None
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` over HTTP in a daemon thread; return the bound port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)

@@ -1,0 +1,323 @@
+"""Message contracts: media tokens, windows, requests, responses, dead letters, late records.
+
+Every record on a Lockstep topic is one of these models, encoded by :mod:`lockstep.topics.codec`.
+The models are frozen and reject unknown fields, NaN and infinities, and event times
+outside the years 2000-2100, so that a record that validates is safe for every stage.
+Times are integer microseconds: ``t_us`` is capture (event) time set by the producer;
+the ``*_us`` fields of :class:`Timeline` are wall-clock times taken by the stages.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    Strict,
+    StrictBool,
+    StrictBytes,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    model_validator,
+)
+
+#: Earliest and latest accepted event time (2000-01-01 and 2100-01-01 UTC, in µs).
+MIN_T_US = 946_684_800_000_000
+MAX_T_US = 4_102_444_800_000_000
+
+
+class Modality(StrEnum):
+    """The four kinds of media token."""
+
+    VIDEO = "video"
+    AUDIO = "audio"
+    OCR = "ocr"
+    SENSOR = "sensor"
+
+
+# Wire fields are strict: a string is not an int, text is not bytes (no base64 smuggled in
+# a bin field), and a float field takes only numbers.
+StreamId = Annotated[
+    StrictStr, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/\-]+$")
+]
+EventTime = Annotated[StrictInt, Field(ge=MIN_T_US, le=MAX_T_US)]
+Seq = Annotated[StrictInt, Field(ge=0, lt=2**63)]
+Number = Annotated[FiniteFloat, Strict()]
+Confidence = Annotated[Number, Field(ge=0.0, le=1.0)]
+Text = Annotated[StrictStr, StringConstraints(max_length=4096)]
+
+_BYTES_PER_PIXEL = {"gray8": 1, "rgb24": 3}
+_BYTES_PER_SAMPLE = {"pcm_s16le": 2, "pcm_f32le": 4}
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Token(_Record):
+    stream_id: StreamId
+    seq: Seq
+    t_us: EventTime
+
+
+class VideoToken(_Token):
+    """One video frame. Raw formats carry exactly ``width*height*channels`` bytes."""
+
+    modality: Literal[Modality.VIDEO] = Modality.VIDEO
+    format: Literal["gray8", "rgb24", "jpeg", "png", "h264"]
+    width: Annotated[StrictInt, Field(ge=1, le=16384)]
+    height: Annotated[StrictInt, Field(ge=1, le=16384)]
+    data: Annotated[StrictBytes, Field(min_length=1)]
+    quality: Confidence | None = None
+    keyframe: StrictBool = True
+
+    @model_validator(mode="after")
+    def _raw_size_matches(self) -> VideoToken:
+        per_pixel = _BYTES_PER_PIXEL.get(self.format)
+        if per_pixel is not None and len(self.data) != self.width * self.height * per_pixel:
+            raise ValueError(
+                f"{self.format} frame {self.width}x{self.height} needs "
+                f"{self.width * self.height * per_pixel} bytes, got {len(self.data)}"
+            )
+        return self
+
+
+class AudioToken(_Token):
+    """One audio chunk starting at ``t_us``; PCM chunks must match their duration."""
+
+    modality: Literal[Modality.AUDIO] = Modality.AUDIO
+    encoding: Literal["pcm_s16le", "pcm_f32le", "opus", "aac"]
+    sample_rate: Annotated[StrictInt, Field(ge=1000, le=384_000)]
+    channels: Annotated[StrictInt, Field(ge=1, le=8)]
+    duration_us: Annotated[StrictInt, Field(gt=0, le=10_000_000)]
+    data: Annotated[StrictBytes, Field(min_length=1)]
+    asr_text: Text | None = None
+    asr_confidence: Confidence | None = None
+
+    @model_validator(mode="after")
+    def _pcm_size_matches(self) -> AudioToken:
+        per_sample = _BYTES_PER_SAMPLE.get(self.encoding)
+        if per_sample is None:
+            return self
+        frame = per_sample * self.channels
+        if len(self.data) % frame:
+            raise ValueError(f"{self.encoding} chunk is not a whole number of samples")
+        expected = round(self.duration_us * self.sample_rate / 1_000_000)
+        if abs(len(self.data) // frame - expected) > 1:
+            raise ValueError(
+                f"{self.encoding} chunk of {len(self.data) // frame} samples does not match "
+                f"duration_us={self.duration_us} at {self.sample_rate} Hz"
+            )
+        return self
+
+
+class OcrToken(_Token):
+    """Text read from the scene; valid from ``t_us`` until replaced."""
+
+    modality: Literal[Modality.OCR] = Modality.OCR
+    text: Text
+    #: x, y, width, height of the text in the frame, normalised to 0..1.
+    bbox: tuple[Number, Number, Number, Number]
+    confidence: Confidence
+
+
+class SensorToken(_Token):
+    """One reading of a named sensor (a vector of finite values)."""
+
+    modality: Literal[Modality.SENSOR] = Modality.SENSOR
+    name: Annotated[StrictStr, StringConstraints(min_length=1, max_length=128)]
+    values: Annotated[list[Number], Field(min_length=1, max_length=1024)]
+    unit: Annotated[StrictStr, StringConstraints(max_length=32)] = ""
+    confidence: Confidence | None = None
+
+
+Token = Annotated[VideoToken | AudioToken | OcrToken | SensorToken, Field(discriminator="modality")]
+
+
+class Timeline(_Record):
+    """When a window passed each stage (µs since the epoch; 0 means not yet).
+
+    ``capture_us`` is event time: the producer's ``t_us`` of the newest token in the window.
+    The others are the wall clock of the stage that set them.
+    """
+
+    capture_us: int = 0
+    ingest_us: int = 0
+    aligned_us: int = 0
+    routed_us: int = 0
+    dequeued_us: int = 0
+    inferred_us: int = 0
+    responded_us: int = 0
+
+
+class ModalityState(_Record):
+    """How a modality was matched in a window.
+
+    ``matched_seq`` is the token the aligner paired with the anchor (for a sensor, the
+    reading nearest it, even when the value is interpolated); ``skew_us`` its distance from
+    the anchor, 0 for an interpolated value.
+    """
+
+    present: bool
+    confidence: Confidence | None = None
+    skew_us: int | None = None
+    matched_seq: Seq | None = None
+    tokens: Annotated[int, Field(ge=0)] = 0
+
+
+class Window(_Record):
+    """Tokens of one stream aligned on one event-time interval ``[t_start_us, t_end_us)``.
+
+    ``members`` lists the ``seq`` of every token the window consumed, per modality, so the
+    ledger (window, late or dead letter for every token) can be checked from the outside.
+    """
+
+    stream_id: StreamId
+    window_seq: Seq
+    t_start_us: EventTime
+    t_end_us: EventTime
+    anchor_t_us: EventTime
+    slo_class: str
+    modalities: dict[Modality, ModalityState]
+    missing: list[Modality]
+    members: dict[Modality, list[int]]
+    video: VideoToken | None = None
+    audio: list[AudioToken] = Field(default_factory=list)
+    ocr: list[OcrToken] = Field(default_factory=list)
+    sensor: list[SensorToken] = Field(default_factory=list)
+    timeline: Timeline = Field(default_factory=Timeline)
+
+    @property
+    def partial(self) -> bool:
+        """True when at least one modality is missing."""
+        return bool(self.missing)
+
+
+class TokenDrop(_Record):
+    """Image patches an engine may skip: ``keep`` is the bit-packed row-major keep mask."""
+
+    patch: Annotated[int, Field(ge=1)]
+    rows: Annotated[int, Field(ge=0)]
+    cols: Annotated[int, Field(ge=0)]
+    keep: bytes
+    dropped: Confidence
+
+
+class Request(_Record):
+    """A window routed to an engine pool, with its priority and deadline."""
+
+    window: Window
+    route: str
+    pool: str
+    priority: Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]
+    deadline_us: int
+    reply_topic: str = "responses"
+    #: Why the window took its route (see docs/routing.md).
+    reason: str = ""
+    #: Per-modality confidences the gate saw, plus "text" and "gate".
+    confidence: dict[str, Confidence] = Field(default_factory=dict)
+    #: Uniform image patches the engine may skip (routes that use vision).
+    token_drop: TokenDrop | None = None
+
+
+class Response(_Record):
+    """The engine's answer for one window; idempotent on (stream_id, window_seq)."""
+
+    stream_id: StreamId
+    window_seq: Seq
+    route: str
+    pool: str
+    engine: str
+    slo_class: str
+    output: str
+    scores: dict[str, FiniteFloat]
+    missing: list[Modality]
+    deadline_us: int
+    timeline: Timeline
+    #: ``ok``; ``dropped`` when routing found nothing usable; ``expired`` when the worker
+    #: shed the request because it could no longer meet its deadline.
+    status: Literal["ok", "dropped", "expired"] = "ok"
+    #: Why the window took its route, or was dropped (docs/routing.md).
+    reason: str = ""
+    #: For ``expired``: why the worker shed it (how late it was, or how little time was left).
+    detail: str = ""
+    #: Degradation level the worker served at (0: full service; see docs/engines.md).
+    degraded: Annotated[StrictInt, Field(ge=0, le=16)] = 0
+    #: Output tokens the engine was allowed to generate for this window.
+    max_new_tokens: Annotated[StrictInt, Field(ge=0)] = 0
+
+
+class DeadLetter(_Record):
+    """A record no stage could process, with where it came from and why."""
+
+    stage: str
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    error: str
+    key: bytes | None
+    value: bytes | None
+    at_us: int
+
+
+class LateToken(_Record):
+    """A token that arrived after its window had been emitted."""
+
+    stream_id: StreamId
+    modality: Modality
+    seq: Seq
+    t_us: EventTime
+    watermark_us: int
+    reason: str
+    at_us: int
+    value: bytes | None = None
+
+
+class SloEvent(_Record):
+    """A stage's sliding-window P99 over its budget (``breach``) or back under (``recovered``).
+
+    Written to ``slo.events`` (key: the SLO class) by the process that observed the stage;
+    ``degrade`` says whether the class switches to (or leaves) its degraded mode.
+    """
+
+    kind: Literal["breach", "recovered"]
+    stage: Annotated[StrictStr, StringConstraints(min_length=1, max_length=32)]
+    slo_class: Annotated[StrictStr, StringConstraints(min_length=1, max_length=64)]
+    p99_ms: Annotated[Number, Field(ge=0.0)]
+    budget_ms: Annotated[Number, Field(gt=0.0)]
+    samples: Annotated[StrictInt, Field(ge=0)]
+    consecutive: Annotated[StrictInt, Field(ge=0)]
+    degrade: StrictBool
+    source: Annotated[StrictStr, StringConstraints(min_length=1, max_length=255)]
+    at_us: StrictInt
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def trusted(cls: type[_M], **values: Any) -> _M:
+    """Build a record from values that are already valid, without validating them again.
+
+    The aligner's hot path assembles windows from validated tokens; pydantic's
+    ``model_construct`` costs several µs per record for alias and default handling that a
+    record given every field does not need. Every field must be given.
+
+    Raises:
+        TypeError: A field is missing or unknown.
+    """
+    if values.keys() != cls.__pydantic_fields__.keys():
+        missing = sorted(cls.__pydantic_fields__.keys() - values.keys())
+        extra = sorted(values.keys() - cls.__pydantic_fields__.keys())
+        raise TypeError(f"{cls.__name__}: missing fields {missing}, unknown fields {extra}")
+    record = cls.__new__(cls)
+    object.__setattr__(record, "__dict__", values)
+    object.__setattr__(record, "__pydantic_fields_set__", set(values))
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record
