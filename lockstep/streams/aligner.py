@@ -6,9 +6,9 @@ record, the duplicate counter, or a rejection (dead letter) — so the ledger is
 
 Per stream:
 
-* Each modality's capture clock is recovered from (``seq``, ``t_us``) (:mod:`lockstep.streams.clock`)
-  and shifted by its clock offset against video (configured, or estimated from transport
-  lag floors), giving every token a corrected capture time ``t``.
+* Each modality's capture clock is recovered from (``seq``, ``t_us``)
+  (:mod:`lockstep.streams.clock`) and shifted by its clock offset against video (configured,
+  or estimated from transport lag floors), giving every token a corrected capture time ``t``.
 * Windows tile the corrected timeline without gaps or overlaps. With video they are anchored
   on frames: a window runs from the end of the previous one to halfway to the next anchor
   frame (every ``stride``-th frame when the rate is sampled down). Without video they follow
@@ -18,16 +18,24 @@ Per stream:
   or its cadence says its next token falls later), or when its deadline expires — then it
   is partial and names what is missing. It never waits past the deadline.
 * ``window_seq`` is the anchor frame's ``seq`` (or ``HOP_BASE`` + hop index without video),
-  so a replay after a restart rebuilds the same idempotency keys.
+  so a replay after a restart rebuilds the same idempotency keys; :meth:`Aligner.resume`
+  continues after the windows a previous owner of the partition emitted.
+* No window spans more than ``align.max_window_ms`` (:mod:`lockstep.streams.alignplan`); a
+  token far off its modality's fitted clock is rejected (:mod:`lockstep.streams.clockguard`);
+  the per-stream state is bounded (:mod:`lockstep.streams.alignstreams`).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from lockstep.streams.alignplan import HOP_BASE, Planner, with_frame
 from lockstep.streams.alignstate import DENSE, AlignOutput, Plan, Rejected, Stream, TokenKey
+from lockstep.streams.alignstreams import StreamTable
 from lockstep.streams.assemble import WindowAssembler
+from lockstep.streams.clockguard import ClockGuard
 from lockstep.streams.matching import Item
 from lockstep.streams.settings import AlignSettings
 from lockstep.streams.timebase import Timebase
@@ -35,11 +43,8 @@ from lockstep.topics.schemas import LateToken, Modality, Token, Window
 
 __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
 
-#: ``window_seq`` of hop windows (streams without video) starts here, above any frame seq.
-HOP_BASE = 1 << 62
 #: Modalities paired with the anchor whose pairing needs settled clocks (OCR holds a while).
 _PAIRED = (Modality.AUDIO, Modality.SENSOR)
-_EVICTED_MEMORY = 100_000
 
 
 @dataclass
@@ -50,14 +55,14 @@ class Aligner:
     #: The SLO class of every stream, or a function of the stream id (``slo.class_of``).
     slo_class: str | Callable[[str], str]
     stride: int = 1
-    _streams: dict[str, Stream] = field(default_factory=dict)
     _catching_up: bool = False
     #: While catching up: modalities whose topics still hold unread records (set by the
     #: agent). Streams wait for them even before their first token of that modality.
     backlogged: frozenset[Modality] = frozenset()
-    _evicted: dict[str, int] = field(default_factory=dict)
     #: Before this wall time no stream has anything due (the minimum of their ``wake_us``).
     _wake_us: int = 0
+    _table: StreamTable = field(init=False)
+    _streams: OrderedDict[str, Stream] = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -70,10 +75,17 @@ class Aligner:
         self.required = frozenset(Modality(m) for m in s.required)
         self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
                              for m in Modality}
+        self.ttl_us = int(s.stream_ttl_ms * 1000)
         self._timebase = Timebase(s)
         fixed = self.slo_class
         class_of = (lambda _: fixed) if isinstance(fixed, str) else fixed
-        self._assembler = WindowAssembler(self.tolerance_us, self.ocr_ttl_us, class_of)
+        self._assembler = WindowAssembler(self.tolerance_us, self.ocr_ttl_us, class_of,
+                                          s.max_streams)
+        self._planner = Planner(self.hop_us, self.idle_us, self.tolerance_us[Modality.VIDEO],
+                                int(s.max_window_ms * 1000))
+        self._guard = ClockGuard(s.max_clock_error_ms * 1000, s.max_seq_jump, s.rebase_after)
+        self._table = StreamTable(s.max_streams, s.max_evicted_streams)
+        self._streams = self._table.live
         self.settle_points = s.settle_points
         self.max_buffered = s.max_buffered_tokens
 
@@ -107,6 +119,32 @@ class Aligner:
         """The live per-stream state (read-only use: clock reports, offsets, rates)."""
         return self._streams
 
+    @property
+    def stream_count(self) -> int:
+        """Streams with live state (at most ``align.max_streams``)."""
+        return len(self._streams)
+
+    @property
+    def evicted_count(self) -> int:
+        """Evicted streams still remembered (at most ``align.max_evicted_streams``)."""
+        return self._table.remembered
+
+    def resume(self, stream_id: str, closed_end_us: int, last_window_seq: int | None) -> None:
+        """Continue a stream after the windows a previous owner of its partition emitted.
+
+        Afterwards tokens owned before ``closed_end_us`` go late, no frame window keyed at
+        or below ``last_window_seq`` and no hop window before ``closed_end_us`` is emitted.
+        Marks already further on are kept.
+
+        Args:
+            stream_id: The stream.
+            closed_end_us: The end of the last window emitted (``t_end_us``).
+            last_window_seq: The highest frame-window key emitted (below ``HOP_BASE``), or
+                None if there was none.
+        """
+        self._table.resume(stream_id, closed_end_us, last_window_seq)
+        self._wake_us = 0
+
     def add(self, token: Token, now_us: int, raw: bytes | None = None) -> AlignOutput:
         """Take one token; return what it settles.
 
@@ -124,10 +162,20 @@ class Aligner:
         stream_id = token.stream_id
         st = self._streams.get(stream_id)
         if st is None:
-            st = self._streams[stream_id] = Stream(
-                closed_end=self._evicted.pop(stream_id, None))
-        if st.seen_before(token.modality, token.seq):
-            out.duplicates.append(TokenKey(stream_id, token.modality, token.seq))
+            while self._table.full:  # the least recently active stream makes room
+                oldest = self._table.oldest()
+                self._evict(oldest, self._streams[oldest], now_us, out)
+            st = self._table.open(stream_id)
+        else:
+            self._streams.move_to_end(stream_id)
+        st.last_arrival = now_us  # active, whatever the token's outcome
+        m = token.modality
+        if st.seen_before(m, token.seq):
+            out.duplicates.append(TokenKey(stream_id, m, token.seq))
+            return out
+        reason = self._guard.check(st.clocks[m], st.offclock, m, token.seq, token.t_us)
+        if reason is not None:
+            out.rejected.append(Rejected(TokenKey(stream_id, m, token.seq), reason))
             return out
         item = Item.of(self._timebase.correct(st, token, now_us,
                                               learn_lag=not self._catching_up), token, now_us)
@@ -157,7 +205,7 @@ class Aligner:
             st.plan = None  # the waiting window itself may change
             return True
         if m is Modality.VIDEO:
-            st.plan = _with_frame(st.plan, item)
+            st.plan = with_frame(st.plan, item, self._planner.max_window_us)
             return True
         start, end, blocked = pending
         if m in blocked and self._passed(st, m, end):
@@ -172,7 +220,7 @@ class Aligner:
         return False
 
     def poll(self, now_us: int) -> AlignOutput:
-        """Emit windows whose deadline has passed; evict idle, empty streams."""
+        """Emit windows whose deadline has passed; evict streams idle past the TTL."""
         out = AlignOutput()
         if now_us < self._wake_us:
             return out  # the usual case: nothing of any stream is due yet
@@ -180,16 +228,19 @@ class Aligner:
         for stream_id, st in list(self._streams.items()):
             if now_us >= st.wake_us:  # else nothing of this stream can be due before then
                 out.windows += self._close_ready(stream_id, st, now_us, flush=False)
-                if not st.buffered and now_us - st.last_arrival > 60 * self.idle_us:
-                    del self._streams[stream_id]
-                    if st.closed_end is not None:
-                        self._evicted[stream_id] = st.closed_end
-                        if len(self._evicted) > _EVICTED_MEMORY:
-                            del self._evicted[next(iter(self._evicted))]
+                if now_us - st.last_arrival > self.ttl_us:
+                    self._evict(stream_id, st, now_us, out)
                     continue
             wake = min(wake, st.wake_us)
         self._wake_us = wake
         return out
+
+    def _evict(self, stream_id: str, st: Stream, now_us: int, out: AlignOutput) -> None:
+        """Drop a stream's state, emitting what it still buffers first."""
+        if st.buffered:
+            out.windows += self._close_ready(stream_id, st, now_us, flush=True)
+        self._table.evict(stream_id)
+        self._assembler.forget(stream_id)
 
     def flush(self, now_us: int) -> AlignOutput:
         """Emit every buffered token now (shutdown, end of input)."""
@@ -217,8 +268,8 @@ class Aligner:
         Their tokens are not committed, so the new owner replays and rebuilds them.
         """
         for stream_id in stream_ids:
-            self._streams.pop(stream_id, None)
-            self._evicted.pop(stream_id, None)
+            self._table.forget(stream_id)
+            self._assembler.forget(stream_id)
 
     def _settled(self, st: Stream, m: Modality) -> bool:
         """Whether a modality's pairing with video can be trusted yet."""
@@ -239,56 +290,8 @@ class Aligner:
 
     # -- planning and emission ---------------------------------------------------------
 
-    def _plan(self, st: Stream, now_us: int) -> Plan | None:
-        """The next window of a stream: its bounds and anchor, from what is buffered."""
-        closed = st.closed_end
-        # Tile from the last window's end; jump over a long stretch that holds no token.
-        if closed is not None and st.starts_by(closed + self.hop_us):
-            start = closed
-        else:
-            start = st.earliest_start()
-        video = st.buf[Modality.VIDEO]
-        stride = self._stride()
-        last = st.last_anchor_seq if st.last_anchor_seq is not None else -1
-        # A frame anchors at most one window: frames at or below the last anchor's seq
-        # (reordered stragglers) are only members.
-        fresh = [i for i in video if i.t >= start and i.seq > last]
-        clock = st.clocks.get(Modality.VIDEO)
-        anchors = fresh if stride == 1 else [i for i in fresh if i.seq % stride == 0]
-        if not anchors and fresh:
-            due = clock.time_of(last + stride) if clock is not None and last >= 0 else None
-            if due is None or fresh[-1].t > due + self.tolerance_us[Modality.VIDEO]:
-                anchors = fresh  # the stride frame was dropped, or no clock says when it is due
-        video_live = now_us - st.last_seen.get(Modality.VIDEO, -(1 << 62)) <= self.idle_us
-        if anchors:
-            frame = anchors[0]
-            following = [i for i in anchors[1:] if i.seq > frame.seq]
-            if following:
-                return Plan(start, (frame.t + following[0].t + 1) // 2, frame.t, frame,
-                            frame.seq, certain=True, stride=stride, next_t=following[0].t)
-            # No successor yet: a fitted clock predicts it, so the end is known all the same
-            # (a frame only lands before it by more jitter than the fit has seen).
-            ready_clock = clock is not None and clock.ready
-            cadence = (clock.period_us if clock is not None else None) or 1e6 / 24
-            nxt = frame.t + stride * cadence
-            return Plan(start, max(frame.t + 1, int((frame.t + nxt) // 2)), frame.t, frame,
-                        frame.seq, certain=ready_clock, stride=stride)
-        if video_live and clock is not None and clock.ready and st.last_anchor_seq is not None:
-            # The expected frame has not come: a window without video, on the video clock.
-            seq = st.last_anchor_seq + stride
-            expected = clock.time_of(seq)
-            period = clock.period_us
-            if expected is not None and period is not None:
-                anchor = int(expected) - st.offsets.get(Modality.VIDEO, 0)
-                end = max(start + 1, int(anchor + stride * period / 2))
-                return Plan(start, end, max(start, anchor), None, seq, certain=False,
-                            stride=stride)
-        index = start // self.hop_us
-        end = (index + 1) * self.hop_us
-        if end - start < self.hop_us // 4:
-            end += self.hop_us
-        return Plan(start, end, (start + end) // 2, None, HOP_BASE + index, certain=False,
-                    stride=stride)
+    def _plan(self, st: Stream, now_us: int) -> Plan:
+        return self._planner.plan(st, now_us, self._stride())
 
     def _expected(self, st: Stream, now_us: int) -> tuple[frozenset[Modality], frozenset[Modality]]:
         """Modalities to wait for, and modalities a window is partial without.
@@ -328,7 +331,7 @@ class Aligner:
     def _close_ready(self, stream_id: str, st: Stream, now_us: int, *,
                      flush: bool) -> list[Window]:
         windows: list[Window] = []
-        st.wake_us = now_us + 60 * self.idle_us  # idle check when nothing is buffered
+        st.wake_us = now_us + self.ttl_us  # eviction check when nothing is buffered
         st.pending = None
         # The waiting window's plan holds until a frame, or a token before it, arrives.
         plan = st.plan if st.plan is not None and st.plan.stride == self._stride() else None
@@ -336,8 +339,6 @@ class Aligner:
         while st.buffered:
             if plan is None:
                 plan = self._plan(st, now_us)
-                if plan is None:
-                    break
             wait, check = self._expected(st, now_us)
             end = plan.end
             # Only a token of these (or a frame, or an earlier token) can make the window
@@ -346,8 +347,10 @@ class Aligner:
                                  and not self._passed(st, m, end)])
             if Modality.VIDEO in wait:
                 # Without its frame a frame may still come for this slot; with it, the end
-                # must be known (the next anchor came, or the clock predicts it).
-                ready = plan.frame is not None and plan.certain and not blocked
+                # must be known (the next anchor came, or the clock predicts it). A hop
+                # window is done with video once a later frame has come.
+                ready = not blocked and (plan.certain if plan.frame is not None else (
+                    plan.seq >= HOP_BASE and self._passed(st, Modality.VIDEO, end)))
             else:
                 ready = not blocked
             deadline = end + st.lag_us + self.max_wait_us
@@ -355,8 +358,11 @@ class Aligner:
                     or (now_us >= deadline and not self._catching_up)):
                 # Until a token arrives (add re-plans), only the deadline or a modality
                 # going idle can change this.
-                st.wake_us = now_us + self.idle_us if self._catching_up else min(
-                    deadline, now_us + self.idle_us)
+                wake = now_us + self.idle_us
+                if not self._catching_up and deadline < wake:
+                    wake = deadline
+                ttl_end = st.last_arrival + self.ttl_us + 1  # evicted then, tokens emitted
+                st.wake_us = wake if wake < ttl_end else ttl_end
                 st.pending = (plan.start, end, blocked)
                 if plan.frame is not None:  # (without one it depends on the time)
                     st.plan = plan
@@ -378,21 +384,3 @@ class Aligner:
         untrusted = frozenset([m for m in _PAIRED if not self._settled(st, m)])
         return self._assembler.assemble(stream_id, st, plan, owned, expected, untrusted,
                                         now_us)
-
-
-def _with_frame(plan: Plan | None, frame: Item) -> Plan | None:
-    """A waiting window's plan once ``frame`` has arrived; None: plan it again.
-
-    Handles the usual case cheaply: every frame anchors (stride 1) and the new frame comes
-    after the window's anchor, where it can only become the next anchor, which fixes the
-    end halfway to it (as :meth:`Aligner._plan` would).
-    """
-    if plan is None or plan.frame is None or plan.stride != 1:
-        return None
-    anchor = plan.frame
-    if frame.seq <= anchor.seq or frame.t <= anchor.t:
-        return None
-    if plan.next_t is not None and frame.t >= plan.next_t:
-        return plan  # the next anchor known already comes first
-    return Plan(plan.start, (anchor.t + frame.t + 1) // 2, plan.anchor, anchor, plan.seq,
-                certain=True, stride=1, next_t=frame.t)

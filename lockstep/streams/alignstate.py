@@ -108,6 +108,9 @@ class Stream:
     expect: tuple[frozenset[Modality], frozenset[Modality]] = (frozenset(), frozenset())
     expect_until: int = -1
     live: frozenset[Modality] = frozenset()
+    #: Per modality, the consecutive tokens (seq, t_us) off its clock just before now
+    #: (see :class:`~lockstep.streams.clockguard.ClockGuard`).
+    offclock: dict[Modality, list[tuple[int, int]]] = field(default_factory=dict)
     _recent: dict[Modality, tuple[set[int], deque[int]]] = field(default_factory=dict)
 
     def seen_before(self, modality: Modality, seq: int) -> bool:
@@ -139,7 +142,6 @@ class Stream:
         self.last_seen[m] = now_us
         if m not in self.live:
             self.expect_until = -1  # it was idle or new: the expected modalities change
-        self.last_arrival = now_us
         self.lag_us = self.delay.push(now_us, item.t)
 
     def starts_by(self, limit: int) -> bool:

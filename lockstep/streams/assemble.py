@@ -32,22 +32,29 @@ class WindowAssembler:
         tolerance_us: Matching tolerance per modality.
         ocr_ttl_us: How long an OCR capture stays valid when nothing replaces it.
         class_of: The SLO class a stream's windows carry.
+        max_streams: Streams whose class is cached at most (the aligner's live streams,
+            which it forgets on eviction).
     """
 
     def __init__(self, tolerance_us: dict[Modality, int], ocr_ttl_us: int,
-                 class_of: Callable[[str], str]) -> None:
+                 class_of: Callable[[str], str], max_streams: int = 100_000) -> None:
         self._tolerance_us = tolerance_us
         self._ocr_ttl_us = ocr_ttl_us
         self._class_of = class_of
+        self._max_streams = max_streams
         self._classes: dict[str, str] = {}
 
     def _slo_class(self, stream_id: str) -> str:
         slo_class = self._classes.get(stream_id)
         if slo_class is None:
-            if len(self._classes) > 100_000:  # bounded, whatever ids the input carries
+            if len(self._classes) >= self._max_streams:  # bounded, whatever ids arrive
                 self._classes.clear()
             slo_class = self._classes[stream_id] = self._class_of(stream_id)
         return slo_class
+
+    def forget(self, stream_id: str) -> None:
+        """Drop what is cached about a stream (evicted, or no longer owned)."""
+        self._classes.pop(stream_id, None)
 
     def assemble(self, stream_id: str, st: Stream, plan: Plan, owned: dict[Modality, list[Item]],
                  expected: frozenset[Modality], untrusted: frozenset[Modality],

@@ -7,6 +7,7 @@ forgotten least squares, which follows slow drift while averaging out timestamp 
 and answers the recovered time of any ``seq``. :class:`ClockLag` measures a modality's
 transport lag against its fit, whose differences between modalities estimate how far one
 clock runs ahead of another; :class:`LagFloor` bounds how early a stream's tokens arrive.
+:mod:`lockstep.streams.clockguard` keeps tokens far off a fitted clock out.
 """
 
 from __future__ import annotations
@@ -105,6 +106,25 @@ class CaptureClock:
     def time_at(self, seq: int) -> float:
         """The fit's time of ``seq``, ready or not (see :meth:`time_of`)."""
         return self._y0 + self._a + self._b * (seq - (self._x0 or 0))
+
+    @property
+    def last_seq(self) -> int | None:
+        """The highest ``seq`` fitted since the last (re)start."""
+        return self._last_seq
+
+    @property
+    def slope_sigma(self) -> float:
+        """The standard error of the fitted period (µs per capture; 0 before 3 points)."""
+        det = self._s0 * self._sxx - self._sx * self._sx
+        if self._n < 3 or det <= 1e-9:
+            return 0.0
+        return math.sqrt(self._var * self._s0 / det)
+
+    def restart(self, points: list[tuple[int, int]]) -> None:
+        """Drop the fit and start again from ``points`` (seq, t_us)."""
+        self._restart()
+        for seq, t_us in points:
+            self.update(seq, t_us)
 
     def update(self, seq: int, t_us: int) -> int:
         """Fit one (seq, t) point and return the token's recovered capture time."""

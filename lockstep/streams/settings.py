@@ -177,6 +177,35 @@ class AlignSettings(_Section):
     #: Share of a window's e2e budget that may be spent by the time it is aligned; above
     #: it the SLA counts as at risk.
     budget_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    #: No window spans more than this: a longer stretch is cut into hop windows (its audio
+    #: must fit an AudioToken, at most 10 s). Longer than ``hop_ms``.
+    max_window_ms: Annotated[float, Field(gt=1.0, le=10_000.0)] = 1000.0
+    #: A token whose ``t_us`` is further than this from its modality's fitted clock at its
+    #: ``seq`` (plus the fit's slope uncertainty over the captures extrapolated) is
+    #: dead-lettered: a spoofed or corrupt ``seq`` or ``t_us``.
+    max_clock_error_ms: Annotated[float, Field(gt=0.0)] = 1000.0
+    #: While a modality's clock is not fitted yet (or never is: event-driven captures), a
+    #: ``seq`` further than this from the last accepted one is dead-lettered.
+    max_seq_jump: Annotated[int, Field(ge=1)] = 1_000_000
+    #: This many consecutive tokens off the clock that agree with each other mean the
+    #: producer re-based: the clock restarts from them and the last one is accepted.
+    rebase_after: Annotated[int, Field(ge=2, le=64)] = 4
+    #: Streams with live state at most; beyond it the least recently active is evicted
+    #: (its buffered tokens emitted first).
+    max_streams: Annotated[int, Field(ge=1)] = 10_000
+    #: A stream that has sent nothing for this long is evicted (its tokens emitted first).
+    stream_ttl_ms: Annotated[float, Field(gt=0.0)] = 30_000.0
+    #: Evicted streams whose last window is remembered (so a straggler goes late, and
+    #: window keys are not reused); the oldest are forgotten beyond this.
+    max_evicted_streams: Annotated[int, Field(ge=1)] = 100_000
+
+    @model_validator(mode="after")
+    def _window_fits_a_hop(self) -> AlignSettings:
+        if self.max_window_ms <= self.hop_ms:
+            raise ValueError(
+                f"align.max_window_ms ({self.max_window_ms:g}) must be longer than "
+                f"align.hop_ms ({self.hop_ms:g})")
+        return self
 
 
 RouteName = Literal["full", "vision_only", "text_only", "early_exit"]

@@ -2,6 +2,8 @@ import numpy as np
 import pytest
 
 from lockstep.streams.clock import CaptureClock, ClockLag, LagFloor
+from lockstep.streams.clockguard import ClockGuard
+from lockstep.topics.schemas import Modality
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +60,46 @@ def test_clock_lag_forgets_its_samples_when_the_clock_restarts() -> None:
 def test_lag_floor_is_the_minimum_over_its_window() -> None:
     floor = LagFloor(size=3)
     assert [floor.push(arrival, 0) for arrival in (5, 2, 7, 8, 9)] == [5, 2, 2, 2, 7]
+
+
+def _guard() -> ClockGuard:
+    return ClockGuard(max_error_us=1_000_000, max_seq_jump=1000, rebase_after=3)
+
+
+def test_clock_guard_names_the_seq_a_far_off_token_should_have_had() -> None:
+    clock, _ = _fitted()
+    runs: dict[Modality, list[tuple[int, int]]] = {}
+    reason = _guard().check(clock, runs, Modality.VIDEO, 2**62 - 1, T0 + 20 * PERIOD)
+    assert reason is not None and "expected seq ≈ 20 at that t_us" in reason
+    assert _guard().check(clock, runs, Modality.VIDEO, 5_000, T0 + 5_000 * PERIOD) is None
+    assert runs == {}  # a fitting token ends the run
+
+
+def test_clock_guard_re_bases_the_clock_after_a_run_that_agrees() -> None:
+    clock, _ = _fitted()
+    guard = _guard()
+    runs: dict[Modality, list[tuple[int, int]]] = {}
+    jumped = [(seq, T0 + seq * PERIOD + 5_000_000) for seq in range(20, 23)]
+    reasons = [guard.check(clock, runs, Modality.AUDIO, seq, t) for seq, t in jumped]
+    assert reasons[0] and reasons[1] and reasons[2] is None
+    assert clock.resets == 1 and clock.last_seq == 21  # refit from the run before the last
+
+
+def test_clock_guard_bounds_seq_jumps_before_the_clock_is_fitted() -> None:
+    clock = CaptureClock()
+    clock.update(0, T0)
+    runs: dict[Modality, list[tuple[int, int]]] = {}
+    assert _guard().check(clock, runs, Modality.OCR, 1000, T0 + 1) is None
+    reason = _guard().check(clock, runs, Modality.OCR, 1001, T0 + 1)
+    assert reason is not None and "align.max_seq_jump" in reason
+
+
+def test_slope_sigma_shrinks_as_the_fit_grows() -> None:
+    rng = np.random.default_rng(2)
+    clock = CaptureClock()
+    sigmas = []
+    for seq in range(200):
+        clock.update(seq, T0 + seq * PERIOD + int(rng.normal(0, 8_000)))
+        if seq in (10, 199):
+            sigmas.append(clock.slope_sigma)
+    assert sigmas[0] > 10 * sigmas[1] > 0
