@@ -47,6 +47,8 @@ StreamId = Annotated[
 ]
 EventTime = Annotated[StrictInt, Field(ge=MIN_T_US, le=MAX_T_US)]
 Seq = Annotated[StrictInt, Field(ge=0, lt=2**63)]
+#: A token's ``seq``: below 2^62, where the keys of hop windows (streams without video) begin.
+TokenSeq = Annotated[StrictInt, Field(ge=0, lt=2**62)]
 Number = Annotated[FiniteFloat, Strict()]
 Confidence = Annotated[Number, Field(ge=0.0, le=1.0)]
 Text = Annotated[StrictStr, StringConstraints(max_length=4096)]
@@ -61,7 +63,7 @@ class _Record(BaseModel):
 
 class _Token(_Record):
     stream_id: StreamId
-    seq: Seq
+    seq: TokenSeq
     t_us: EventTime
 
 
