@@ -10,13 +10,22 @@ Pure. Two fusions from the seeds, both configurable:
 
 :class:`GateCalibrator` recalibrates per stream: after 3 consecutive windows whose
 alignment error exceeds 80 ms, the audio weight alpha is halved (audio is the modality that
-drifts), and restored after 3 consecutive windows within bounds.
+drifts), and restored after 3 consecutive windows within bounds. Its per-stream state is
+bounded: at most ``max_streams`` streams (the least recently seen is forgotten first), and a
+stream silent for ``idle_ttl_us`` (measured on the ``now_us`` passed in) starts afresh.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+#: Streams whose calibration is kept; past it the least recently seen stream is forgotten.
+MAX_STREAMS: Final = 10_000
+#: A stream unseen this long (µs, on the routing clock passed in) starts afresh.
+IDLE_TTL_US: Final = 300_000_000
 
 
 def weighted_confidence(text: float, image: float, *, text_weight: float = 0.45,
@@ -33,6 +42,18 @@ def alignment_gate(audio: float, vision: float, text: float, *, alpha: float = 0
     return 1.0 / (1.0 + math.exp(-steepness * (fused - 0.5)))
 
 
+class _Run(NamedTuple):
+    """One stream's calibration: whether alpha is halved, the current runs, when last seen."""
+
+    recalibrated: bool
+    over: int
+    under: int
+    seen_us: int
+
+
+_FRESH = _Run(False, 0, 0, 0)
+
+
 @dataclass
 class GateCalibrator:
     """Per-stream recalibration of the audio weight from observed alignment error.
@@ -41,16 +62,39 @@ class GateCalibrator:
         alpha: The configured audio weight.
         threshold_us: Alignment error above which a window counts as misaligned.
         run: Consecutive windows that trigger (or lift) the recalibration.
+        max_streams: Streams whose state is kept (least recently seen forgotten first).
+        idle_ttl_us: A stream unseen this long (on the ``now_us`` passed in) starts afresh.
     """
 
     alpha: float = 0.3
     threshold_us: int = 80_000
     run: int = 3
-    _state: dict[str, tuple[bool, int, int]] = field(default_factory=dict)
+    max_streams: int = MAX_STREAMS
+    idle_ttl_us: int = IDLE_TTL_US
+    _state: OrderedDict[str, _Run] = field(default_factory=OrderedDict, repr=False)
 
-    def observe(self, stream_id: str, error_us: int) -> float:
-        """Record one window's alignment error; return the stream's audio weight now."""
-        recalibrated, over, under = self._state.get(stream_id, (False, 0, 0))
+    def __post_init__(self) -> None:
+        if self.max_streams < 1:
+            raise ValueError(f"max_streams must be at least 1, got {self.max_streams}")
+        if self.idle_ttl_us <= 0:
+            raise ValueError(f"idle_ttl_us must be positive, got {self.idle_ttl_us}")
+
+    def __len__(self) -> int:
+        """Streams whose state is held."""
+        return len(self._state)
+
+    def observe(self, stream_id: str, error_us: int, now_us: int = 0) -> float:
+        """Record one window's alignment error; return the stream's audio weight now.
+
+        Args:
+            stream_id: The window's stream.
+            error_us: The window's alignment error (its largest pairing skew).
+            now_us: The routing clock, for the idle expiry of streams.
+        """
+        state = self._state.pop(stream_id, None)
+        if state is None or now_us - state.seen_us > self.idle_ttl_us:
+            state = _FRESH
+        recalibrated, over, under = state.recalibrated, state.over, state.under
         if error_us > self.threshold_us:
             over, under = over + 1, 0
         else:
@@ -59,9 +103,22 @@ class GateCalibrator:
             recalibrated, over = True, 0
         elif recalibrated and under >= self.run:
             recalibrated, under = False, 0
-        self._state[stream_id] = (recalibrated, over, under)
+        self._state[stream_id] = _Run(recalibrated, over, under, now_us)  # most recent last
+        self._expire(now_us)
         return self.alpha / 2.0 if recalibrated else self.alpha
 
     def forget(self, stream_id: str) -> None:
         """Drop a stream's state."""
         self._state.pop(stream_id, None)
+
+    def _expire(self, now_us: int) -> None:
+        # The least recently seen stream is first, so both sweeps stop at the first keeper;
+        # a clock that steps back only delays an expiry, the entry is reset when next seen.
+        state = self._state
+        while len(state) > self.max_streams:
+            state.popitem(last=False)
+        while state:
+            oldest = next(iter(state.values()))
+            if now_us - oldest.seen_us <= self.idle_ttl_us:
+                break
+            state.popitem(last=False)

@@ -111,3 +111,30 @@ def test_three_misaligned_windows_recalibrate_the_audio_weight_and_three_good_re
     assert cal.observe("other", 90_000) == 0.3  # per stream
     assert [cal.observe("s", 10_000) for _ in range(3)] == [0.15, 0.15, 0.3]
     assert [cal.observe("s", e) for e in (90_000, 10_000, 90_000, 90_000)] == [0.3] * 4
+
+
+def test_the_calibrator_keeps_at_most_max_streams_forgetting_the_least_recent_first() -> None:
+    cal = GateCalibrator(alpha=0.3, max_streams=3)
+    for stream in ("a", "b", "c"):
+        cal.observe(stream, 90_000, now_us=T0)
+    cal.observe("a", 90_000, now_us=T0 + 1)  # a is now the most recent
+    cal.observe("d", 90_000, now_us=T0 + 2)  # b, the least recent, is forgotten
+    assert len(cal) == 3
+    assert cal.observe("a", 90_000, now_us=T0 + 3) == 0.15  # a kept its run: third in a row
+    assert cal.observe("b", 90_000, now_us=T0 + 4) == 0.3  # b starts afresh
+
+
+def test_a_stream_idle_past_the_ttl_starts_afresh_and_is_swept() -> None:
+    cal = GateCalibrator(alpha=0.3, idle_ttl_us=1_000_000)
+    assert [cal.observe("s", 90_000, now_us=T0 + i) for i in range(3)] == [0.3, 0.3, 0.15]
+    assert cal.observe("s", 90_000, now_us=T0 + 1_000_002) == 0.15  # within the TTL
+    assert cal.observe("other", 0, now_us=T0 + 2_000_003) == 0.3
+    assert len(cal) == 1  # s, idle for longer than the TTL, was swept
+    assert cal.observe("s", 90_000, now_us=T0 + 2_000_004) == 0.3  # fresh: one misaligned
+
+
+def test_a_calibrator_needs_room_for_a_stream_and_a_positive_ttl() -> None:
+    with pytest.raises(ValueError, match="max_streams"):
+        GateCalibrator(max_streams=0)
+    with pytest.raises(ValueError, match="idle_ttl_us"):
+        GateCalibrator(idle_ttl_us=0)
