@@ -12,7 +12,8 @@ import click
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from lockstep.clikit import bootstrap_option, kafka_overrides, run_async, settings_for
-from lockstep.errors import BadInput, ConfigError, MediaError
+from lockstep.errors import BadInput, BrokerError, ConfigError, MediaError
+from lockstep.logfilter import route_client_logs
 from lockstep.streams.settings import Settings
 from lockstep.topics import catalog
 from lockstep.topics.admin import admin_client, wait_for_partitions
@@ -66,52 +67,77 @@ from lockstep.topics.schemas import Response
               type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]))
 @click.option("--idempotence/--no-idempotence", default=True, show_default=True,
               help="Idempotent producer (turn off for brokers without idempotent producers).")
+@click.option("--delivery-timeout", default=120.0, show_default=True,
+              type=click.FloatRange(1, 86400), metavar="SECONDS",
+              help="How long a token is retried (broker restart, timeouts) before it counts "
+                   "as failed; also how long to wait for a broker that is down at start.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress line on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
 def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ...],
             synthetic: bool, stream_ids: tuple[str, ...], streams: int, seconds: float | None,
-            prefix: str, **media: Any) -> None:
+            prefix: str, delivery_timeout: float, **media: Any) -> None:
     """Publish media to the media.* topics: files, URLs or devices that PyAV opens.
 
     Video is sampled, resized and encoded (JPEG by default), audio resampled to 16 kHz
     mono PCM chunks, with capture times from the container's PTS; OCR and sensor tokens
     come from JSONL sidecars. Prints a summary; exits 1 if a stream did not complete or a
-    token was not delivered (the summary says what was sent before).
+    token was not acknowledged by the broker within --delivery-timeout (the summary and
+    the error line say how many tokens per modality were sent, acknowledged and failed).
     """
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    route_client_logs()
     if synthetic:
         if sources:
             raise ConfigError("give SOURCEs or --synthetic, not both")
-        _publish_synthetic(settings, streams, seconds or 10.0, prefix)
+        _publish_synthetic(settings, streams, seconds or 10.0, prefix, delivery_timeout)
         return
     from lockstep.media.command import publish_media
 
-    report = publish_media(settings, sources, stream_ids, streams, seconds, **media)
-    if not report["ok"]:
-        incomplete = [sid for sid, s in report["streams"].items() if not s["complete"]]
-        raise MediaError(
-            f"publishing incomplete: streams {incomplete or 'none'} did not finish, "
-            f"{report['failed'] + report['undelivered']} tokens not delivered; "
-            f"{report['acked']} tokens were acknowledged before (see the summary)")
+    report = publish_media(settings, sources, stream_ids, streams, seconds,
+                           delivery_timeout=delivery_timeout, **media)
+    if report["ok"]:
+        return
+    incomplete = [sid for sid, s in report["streams"].items() if not s["complete"]]
+    lost = (f"{report['failed'] + report['undelivered']:,} of {report['tokens_published']:,} "
+            f"tokens not delivered ({report['delivery_line']})")
+    if incomplete:
+        raise MediaError(f"publishing incomplete: streams {incomplete} did not finish; {lost}")
+    raise BrokerError(f"{lost}; first error: {(report['delivery_errors'] or ['none'])[0]}")
 
 
-def _publish_synthetic(settings: Settings, streams: int, seconds: float, prefix: str) -> None:
+def _publish_synthetic(settings: Settings, streams: int, seconds: float, prefix: str,
+                       delivery_timeout: float) -> None:
     from lockstep.publisher import publish_synthetic
     from lockstep.streams.telemetry import Telemetry
 
     telemetry = Telemetry()
     ids = [f"{prefix}cam{i}" for i in range(streams)]
-    report = run_async(publish_synthetic(settings.kafka, ids, seconds, telemetry))
+    report = run_async(publish_synthetic(settings.kafka, ids, seconds, telemetry,
+                                         delivery_timeout_s=delivery_timeout))
     stats = telemetry.stage_stats().get("publish")
+    failed = report.failed_by_modality
     click.echo(json.dumps({
+        "ok": report.ok,
         "tokens_published": len(report.keys),
         "tokens_by_modality": dict(sorted(report.by_modality.items())),
+        "sent": sum(report.sent.values()),
+        "acked": len(report.keys),
+        "failed": len(report.failed),
+        "delivery": {m: {"sent": n, "acked": report.by_modality[m], "failed": failed[m]}
+                     for m, n in sorted(report.sent.items())},
+        "retries": report.retries,
+        "delivery_errors": report.errors,
         "streams": ids,
+        "seconds": round(report.seconds, 3),
         "publish_p50_ms": round(stats.p50_ms, 3) if stats else None,
         "publish_p99_ms": round(stats.p99_ms, 3) if stats else None,
     }))
+    if not report.ok:
+        first = f"; first error: {report.errors[0]}" if report.errors else ""
+        raise BrokerError(f"{len(report.failed):,} of {sum(report.sent.values()):,} tokens "
+                          f"not delivered ({report.line()}){first}")
 
 
 @click.command()

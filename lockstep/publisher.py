@@ -4,24 +4,36 @@
 ``stream_id`` to their ``media.*`` topic with the Java-compatible murmur2 partitioner,
 idempotence on, batching, compression, delivery reports, and a bound on the data in flight
 (``publish`` blocks while it is full). :func:`publish_synthetic` (``lockstep publish
---synthetic``, the demo) produces each synthetic token when its capture time comes. The
-``publish`` stage latency is capture time → broker acknowledgement.
+--synthetic``, the demo) produces each synthetic token when its capture time comes, on
+aiokafka through :class:`~lockstep.delivery.RetryingSender`. Both count acknowledgements,
+not sends, retry through a broker restart up to a delivery timeout and report what still
+failed. The ``publish`` stage latency is capture time → broker acknowledgement.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
-from aiokafka import AIOKafkaProducer
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from lockstep.errors import BrokerError
+from lockstep.delivery import (
+    DELIVERY_TIMEOUT_S,
+    DeliveryStats,
+    OutageLog,
+    Outgoing,
+    RetryingSender,
+    delivery_line,
+)
+from lockstep.errors import BrokerError, ConfigError
+from lockstep.logfilter import LIBRDKAFKA
 from lockstep.streams.aligner import TokenKey
 from lockstep.streams.settings import KafkaSettings
 from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
@@ -30,6 +42,8 @@ from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import Token
 
+log = logging.getLogger(__name__)
+
 #: Records that are not Lockstep tokens, published by ``--inject-bad`` to show dead-lettering.
 BAD_RECORDS: tuple[bytes, ...] = (
     b"not a lockstep record",
@@ -37,26 +51,48 @@ BAD_RECORDS: tuple[bytes, ...] = (
     b"LS\x01\x01\xc1",  # valid header, broken MessagePack
 )
 
+_MAX_ERRORS = 10
+
 
 @dataclass
 class PublishReport:
-    """What was published: the ledger's left-hand side."""
+    """What was published: the acknowledged tokens are the ledger's left-hand side."""
 
+    #: Tokens the broker acknowledged.
     keys: set[TokenKey] = field(default_factory=set)
+    #: Acknowledged tokens per modality.
     by_modality: Counter[str] = field(default_factory=Counter)
+    #: Undecodable records (``inject_bad``) acknowledged.
     bad_records: int = 0
     seconds: float = 0.0
+    #: Tokens sent per modality (once each, however often re-sent).
+    sent: Counter[str] = field(default_factory=Counter)
+    #: Tokens not delivered, with the reason.
+    failed: dict[TokenKey, str] = field(default_factory=dict)
+    bad_records_failed: int = 0
+    #: Re-sends after a retriable failure (a broker restart, a timeout).
+    retries: int = 0
+    #: The first distinct delivery errors.
+    errors: list[str] = field(default_factory=list)
 
+    @property
+    def failed_by_modality(self) -> Counter[str]:
+        """Undelivered tokens per modality."""
+        return Counter(key.modality.value for key in self.failed)
 
-def producer(kafka: KafkaSettings) -> AIOKafkaProducer:
-    """An aiokafka producer tuned for media: 1 MB batches, 2 ms linger, all acks."""
-    return AIOKafkaProducer(
-        **kafka.aiokafka_options(),
-        acks="all",
-        linger_ms=2,
-        max_batch_size=1_048_576,
-        max_request_size=kafka.max_record_bytes,
-    )
+    @property
+    def ok(self) -> bool:
+        """Every token and record sent was acknowledged."""
+        return (not self.failed and not self.bad_records_failed
+                and sum(self.sent.values()) == len(self.keys))
+
+    def line(self) -> str:
+        """Sent/acked/failed per modality, on one line."""
+        return delivery_line(self.sent, self.by_modality, self.failed_by_modality)
+
+    def _note(self, reason: str) -> None:
+        if len(self.errors) < _MAX_ERRORS and reason not in self.errors:
+            self.errors.append(reason)
 
 
 async def publish_synthetic(
@@ -69,8 +105,14 @@ async def publish_synthetic(
     configs: Mapping[str, SyntheticConfig] | None = None,
     inject_bad: int = 0,
     tick_s: float = 0.005,
+    delivery_timeout_s: float = DELIVERY_TIMEOUT_S,
+    outage_log_s: float = 10.0,
 ) -> PublishReport:
     """Publish synthetic streams for ``seconds`` of wall time, paced by capture time.
+
+    Waits for the broker first (up to ``delivery_timeout_s``). Every token captured in
+    the first ``seconds`` is sent, also those that came due while a send waited for the
+    broker; returns once each is acknowledged or given up on (``report.ok``: all were).
 
     Args:
         kafka: Connection settings.
@@ -81,70 +123,79 @@ async def publish_synthetic(
         configs: Per-stream configurations that override ``config``.
         inject_bad: Also publish this many undecodable records (spread over the run).
         tick_s: Pacing interval.
+        delivery_timeout_s: How long a token is re-sent after retriable failures.
+        outage_log_s: Interval of the "broker unreachable" log line.
+
+    Raises:
+        BrokerError: No broker answered within ``delivery_timeout_s`` (nothing was sent).
     """
     report = PublishReport()
+    outage = OutageLog(kafka.require_bootstrap(), interval_s=outage_log_s)
+    sender = RetryingSender(kafka, on_ack=partial(_acked, report, telemetry),
+                            on_fail=partial(_failed, report), outage=outage,
+                            delivery_timeout_s=delivery_timeout_s)
+    await sender.start()
     start_us = time.time_ns() // 1000
     sources = [SyntheticStream(sid, start_us, (configs or {}).get(sid) or config
                                or SyntheticConfig()) for sid in stream_ids]
-    pending: list[asyncio.Future[Any]] = []
+    end_us = start_us + round(seconds * 1e6)
     bad_every = seconds / (inject_bad + 1) if inject_bad else 0.0
+    bad_sent = 0
     begin = time.monotonic()
-    prod = producer(kafka)
-    await prod.start()
+
+    async def send_due(now_us: int) -> None:
+        for source in sources:
+            for token in source.due(min(now_us, end_us)):
+                report.sent[token.modality.value] += 1
+                await sender.send(Outgoing(
+                    catalog.MEDIA[token.modality], encode(token), token.stream_id.encode(),
+                    token.modality.value, TokenKey(token.stream_id, token.modality, token.seq),
+                    token.t_us))
+
     try:
         while (elapsed := time.monotonic() - begin) < seconds:
-            now_us = time.time_ns() // 1000
-            for source in sources:
-                for token in source.due(now_us):
-                    future = await prod.send(catalog.MEDIA[token.modality], encode(token),
-                                             key=token.stream_id.encode())
-                    future.add_done_callback(_acked(telemetry, token.t_us,
-                                                    token.modality.value))
-                    pending.append(future)
-                    report.keys.add(TokenKey(token.stream_id, token.modality, token.seq))
-                    report.by_modality[token.modality.value] += 1
-            if inject_bad and report.bad_records < inject_bad and elapsed >= bad_every * (
-                    report.bad_records + 1):
-                value = BAD_RECORDS[report.bad_records % len(BAD_RECORDS)]
-                topic = list(catalog.MEDIA.values())[report.bad_records % len(catalog.MEDIA)]
-                pending.append(await prod.send(topic, value, key=stream_ids[0].encode()))
-                report.bad_records += 1
-            pending = [f for f in pending if not f.done()]
+            await send_due(time.time_ns() // 1000)
+            if inject_bad and bad_sent < inject_bad and elapsed >= bad_every * (bad_sent + 1):
+                topic = list(catalog.MEDIA.values())[bad_sent % len(catalog.MEDIA)]
+                await sender.send(Outgoing(topic, BAD_RECORDS[bad_sent % len(BAD_RECORDS)],
+                                           stream_ids[0].encode(), "bad"))
+                bad_sent += 1
             await asyncio.sleep(tick_s)
-        await prod.flush()
-        await asyncio.gather(*pending)
+        await send_due(end_us)  # what came due while a send waited for the broker
+        await sender.drain()
     finally:
-        await prod.stop()
+        await sender.stop()
+        report.retries = sender.retries
     report.seconds = time.monotonic() - begin
+    if not report.ok:
+        log.warning("not every token was delivered: %s", report.line(),
+                    extra={"stage": "publish"})
     return report
 
 
-def _acked(telemetry: Telemetry, capture_us: int, modality: str) -> Any:
-    def done(future: asyncio.Future[Any]) -> None:
-        if not future.cancelled() and future.exception() is None:
-            telemetry.stage("publish", max(0.0, (time.time_ns() // 1000 - capture_us) / 1e6))
-            telemetry.token(modality, "published")  # the ledger's left-hand side
-    return done
+def _acked(report: PublishReport, telemetry: Telemetry, item: Outgoing) -> None:
+    if item.token is None:
+        report.bad_records += 1
+        return
+    report.keys.add(item.token)
+    report.by_modality[item.label] += 1
+    telemetry.stage("publish", max(0.0, (time.time_ns() // 1000 - item.capture_us) / 1e6))
+    telemetry.token(item.label, "published")  # the ledger's left-hand side
+
+
+def _failed(report: PublishReport, item: Outgoing, reason: str) -> None:
+    if item.token is None:
+        report.bad_records_failed += 1
+    else:
+        report.failed[item.token] = reason
+    report._note(reason)
 
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
-
-@dataclass(frozen=True)
-class DeliveryStats:
-    """What a :class:`Publisher` has sent and what the broker acknowledged."""
-
-    sent: Mapping[str, int]
-    acked: Mapping[str, int]
-    failed: Mapping[str, int]
-    bytes_sent: int
-    #: The first delivery errors, for the report.
-    errors: tuple[str, ...]
-
-    @property
-    def in_flight(self) -> int:
-        """Tokens sent but neither acknowledged nor failed yet."""
-        return sum(self.sent.values()) - sum(self.acked.values()) - sum(self.failed.values())
+#: librdkafka errors that mean no broker can be reached (the rest are logged, not counted).
+_UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+                          KafkaError._TRANSPORT})
 
 
 class Publisher:
@@ -155,12 +206,18 @@ class Publisher:
         with Publisher(settings.kafka) as publisher:
             publisher.publish(token)
         publisher.stats()
+
+    librdkafka retries a failed delivery (broker restart, leader change, timeout) until
+    ``delivery_timeout_s``; then the delivery report counts the token as failed. Its
+    logs go to the ``librdkafka`` logger (see :func:`lockstep.logfilter.route_client_logs`).
     """
 
     def __init__(self, kafka: KafkaSettings, *, compression: Compression = "lz4",
                  linger_ms: float = 5.0, batch_bytes: int = 1_048_576,
                  max_in_flight_bytes: int = 64 * 1_048_576, idempotence: bool = True,
-                 telemetry: Telemetry | None = None, block_timeout_s: float = 30.0) -> None:
+                 telemetry: Telemetry | None = None, block_timeout_s: float | None = None,
+                 delivery_timeout_s: float = DELIVERY_TIMEOUT_S, track_keys: bool = False,
+                 outage_log_s: float = 10.0) -> None:
         """Create the producer.
 
         Args:
@@ -174,8 +231,15 @@ class Publisher:
                 the embedded broker does not support it).
             telemetry: Receives the ``publish`` latency (capture → ack) when given; give
                 it only when ``t_us`` is the wall clock (real-time capture).
-            block_timeout_s: How long :meth:`publish` waits for room before failing.
+            block_timeout_s: How long :meth:`publish` waits for room before failing
+                (default: the delivery timeout, after which room is made by failures).
+            delivery_timeout_s: Time from :meth:`publish` to acknowledgement, retries
+                included, after which a token counts as failed.
+            track_keys: Keep the key of every token acknowledged or failed
+                (:meth:`acknowledged_keys`, :meth:`failed_keys`).
+            outage_log_s: Interval of the "broker unreachable" log line.
         """
+        timeout_ms = max(1, round(delivery_timeout_s * 1000))
         config: dict[str, Any] = {
             **kafka.confluent_config(),
             "partitioner": "murmur2_random",  # Java-compatible: co-partitioning (wire §5)
@@ -187,17 +251,65 @@ class Publisher:
             "message.max.bytes": kafka.max_record_bytes,
             "queue.buffering.max.kbytes": max(1, max_in_flight_bytes // 1024),
             "queue.buffering.max.messages": 1_000_000,
+            "message.timeout.ms": timeout_ms,
+            "request.timeout.ms": min(30_000, timeout_ms),
+            "logger": logging.getLogger(LIBRDKAFKA),
+            "error_cb": self._on_error,
         }
         config.update(kafka.confluent_extra)
+        self.delivery_timeout_s = delivery_timeout_s
+        self.outage = OutageLog(kafka.require_bootstrap(), interval_s=outage_log_s)
         self._producer = Producer(config)
         self._telemetry = telemetry
-        self._block_timeout_s = block_timeout_s
+        self._block_timeout_s = (delivery_timeout_s + 5.0 if block_timeout_s is None
+                                 else block_timeout_s)
+        self._track_keys = track_keys
         self._lock = threading.Lock()
         self._sent: Counter[str] = Counter()
         self._acked: Counter[str] = Counter()
         self._failed: Counter[str] = Counter()
+        self._acked_keys: set[TokenKey] = set()
+        self._failed_keys: dict[TokenKey, str] = {}
         self._bytes = 0
         self._errors: list[str] = []
+
+    def wait_for_topics(self, topics: Iterable[str] = catalog.MEDIA.values(),
+                        timeout_s: float | None = None, missing_timeout_s: float = 5.0
+                        ) -> None:
+        """Wait for the broker (with backoff, up to ``timeout_s``) and for ``topics``.
+
+        Args:
+            topics: Topics that must exist.
+            timeout_s: How long to wait for an unreachable broker (default: the delivery
+                timeout); the outage is logged once per interval meanwhile.
+            missing_timeout_s: How long to wait for topics that do not exist yet.
+
+        Raises:
+            BrokerError: The broker stayed unreachable, or a topic does not exist.
+        """
+        names = list(topics)
+        begin = time.monotonic()
+        limit = self.delivery_timeout_s if timeout_s is None else timeout_s
+        pause = 0.2
+        while True:
+            try:
+                metadata = self._producer.list_topics(timeout=min(5.0, max(0.5, limit)))
+            except KafkaException as exc:
+                problem = f"broker {self.outage.bootstrap} unreachable: {exc.args[0].str()}"
+                self.outage.trouble(problem)
+                self.outage.check(0, connecting=True)
+                if time.monotonic() - begin + pause > limit:
+                    raise BrokerError(f"{problem} (waited {limit:.0f} s)") from None
+            else:
+                self.outage.progress()
+                missing = sorted(n for n in names if n not in metadata.topics
+                                 or metadata.topics[n].error is not None)
+                if not missing:
+                    return
+                if time.monotonic() - begin > min(limit, missing_timeout_s):
+                    raise BrokerError(f"topics {', '.join(missing)} do not exist")
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
     def publish(self, token: Token) -> None:
         """Encode and produce one token; block while the in-flight bound is reached.
@@ -208,7 +320,8 @@ class Publisher:
         """
         value = encode(token)
         modality = token.modality.value
-        callback = self._on_delivery(modality, token.t_us)
+        key = TokenKey(token.stream_id, token.modality, token.seq) if self._track_keys else None
+        callback = partial(self._on_delivery, modality, token.t_us, key)
         deadline = time.monotonic() + self._block_timeout_s
         while True:
             try:
@@ -221,19 +334,32 @@ class Publisher:
                                       f"{self._block_timeout_s:.0f} s: is the broker up?"
                                       ) from None
                 self._producer.poll(0.05)
+                self.outage.check(len(self._producer))
             except KafkaException as exc:
                 raise BrokerError(f"cannot produce a {modality} token: {exc}") from None
         with self._lock:
             self._sent[modality] += 1
             self._bytes += len(value)
         self._producer.poll(0)
+        self.outage.check(len(self._producer))
 
-    def flush(self, timeout_s: float = 30.0) -> int:
-        """Wait for every delivery report; return the number still in flight."""
-        remaining: int = self._producer.flush(timeout_s)
-        return remaining
+    def flush(self, timeout_s: float | None = None) -> int:
+        """Wait for every delivery report; return the number still in flight.
 
-    def close(self, timeout_s: float = 30.0) -> int:
+        Args:
+            timeout_s: How long to wait (default: the delivery timeout plus 10 s, by
+                which librdkafka has reported every token as acknowledged or failed).
+        """
+        deadline = time.monotonic() + (self.delivery_timeout_s + 10.0 if timeout_s is None
+                                       else timeout_s)
+        while True:
+            remaining: int = self._producer.flush(
+                max(0.0, min(1.0, deadline - time.monotonic())))
+            self.outage.check(remaining)
+            if not remaining or time.monotonic() >= deadline:
+                return remaining
+
+    def close(self, timeout_s: float | None = None) -> int:
         """Flush; return the number of tokens still undelivered."""
         return self.flush(timeout_s)
 
@@ -249,18 +375,50 @@ class Publisher:
             return DeliveryStats(dict(self._sent), dict(self._acked), dict(self._failed),
                                  self._bytes, tuple(self._errors))
 
-    def _on_delivery(self, modality: str, capture_us: int) -> Any:
-        def done(error: KafkaError | None, message: Message) -> None:
-            del message
+    def acknowledged_keys(self) -> set[TokenKey]:
+        """Keys of the tokens acknowledged so far (needs ``track_keys``)."""
+        self._require_keys()
+        with self._lock:
+            return set(self._acked_keys)
+
+    def failed_keys(self) -> dict[TokenKey, str]:
+        """Keys of the tokens that failed so far, with the reason (needs ``track_keys``)."""
+        self._require_keys()
+        with self._lock:
+            return dict(self._failed_keys)
+
+    def _require_keys(self) -> None:
+        if not self._track_keys:
+            raise ConfigError("token keys are kept only with Publisher(track_keys=True)")
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() in _UNREACHABLE:
+            self.outage.trouble(error.str())
+        if error.fatal():
             with self._lock:
-                if error is not None:
-                    self._failed[modality] += 1
-                    if len(self._errors) < 10:
-                        self._errors.append(f"{modality}: {error.str()}")
-                    return
-                self._acked[modality] += 1
-                if self._telemetry is not None:  # under the lock: callbacks run in any thread
-                    self._telemetry.stage(
-                        "publish", max(0.0, (time.time_ns() // 1000 - capture_us) / 1e6))
-                    self._telemetry.token(modality, "published")
-        return done
+                self._note(f"fatal: {error.str()}")
+            log.error("producer failed: %s", error.str(), extra={"stage": "publish"})
+
+    def _note(self, reason: str) -> None:
+        if len(self._errors) < _MAX_ERRORS and reason not in self._errors:
+            self._errors.append(reason)
+
+    def _on_delivery(self, modality: str, capture_us: int, key: TokenKey | None,
+                     error: KafkaError | None, message: Message) -> None:
+        del message
+        if error is None:
+            self.outage.progress()
+        with self._lock:
+            if error is not None:
+                self._failed[modality] += 1
+                self._note(f"{modality}: {error.str()}")
+                if key is not None:
+                    self._failed_keys[key] = error.str()
+                return
+            self._acked[modality] += 1
+            if key is not None:
+                self._acked_keys.add(key)
+            if self._telemetry is not None:  # under the lock: callbacks run in any thread
+                self._telemetry.stage(
+                    "publish", max(0.0, (time.time_ns() // 1000 - capture_us) / 1e6))
+                self._telemetry.token(modality, "published")

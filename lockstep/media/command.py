@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from lockstep.delivery import DELIVERY_TIMEOUT_S
 from lockstep.errors import ConfigError
 from lockstep.media.perception import SpeechRecognizer, TextReader, require
 from lockstep.media.report import progress_line, render_summary, summary
@@ -21,7 +22,6 @@ from lockstep.publisher import Publisher
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
-from lockstep.topics.admin import admin_client, wait_for_partitions
 
 
 def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequence[str],
@@ -31,13 +31,15 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
                   audio: bool, sidecar_ocr: Path | None, sidecar_sensor: Path | None,
                   asr: bool, asr_grammar: Path | None, ocr: bool, ocr_every: float,
                   input_format: str | None, compression: Any, idempotence: bool,
-                  progress: bool | None, as_json: bool) -> dict[str, Any]:
+                  progress: bool | None, as_json: bool,
+                  delivery_timeout: float = DELIVERY_TIMEOUT_S) -> dict[str, Any]:
     """Validate everything, publish every stream, print the summary; return it.
 
     Raises:
         ConfigError: Bad arguments or a missing extra.
         MediaError: A source or sidecar cannot be read (nothing was published).
-        BrokerError: The media topics do not exist or the broker is unreachable.
+        BrokerError: The media topics do not exist, or the broker stayed unreachable for
+            ``delivery_timeout`` seconds (nothing was published).
     """
     plans = plan_streams(sources, stream_ids, copies)
     options = MediaOptions(fps=fps, width=width, height=height, video_format=video_format,
@@ -65,12 +67,11 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
         return Perception(asr=SpeechRecognizer(asr_grammar) if asr else None,
                           ocr=TextReader() if ocr else None)
 
-    kafka = settings.kafka
-    wait_for_partitions(admin_client(kafka.confluent_config()), catalog.MEDIA.values(), 5.0)
     # capture → ack is a latency only when capture times are the wall clock, paced live
     telemetry = Telemetry() if realtime and anchor == "wall" else None
-    publisher = Publisher(kafka, compression=compression, idempotence=idempotence,
-                          telemetry=telemetry)
+    publisher = Publisher(settings.kafka, compression=compression, idempotence=idempotence,
+                          telemetry=telemetry, delivery_timeout_s=delivery_timeout)
+    publisher.wait_for_topics(catalog.MEDIA.values())
     job = MediaPublish(publisher, plans, options, sidecars, realtime=realtime,
                        perception=perception)
     show = sys.stderr.isatty() if progress is None else progress

@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from lockstep.delivery import DeliveryStats
 from lockstep.media.run import StreamProgress
-from lockstep.publisher import DeliveryStats
 
 _ORDER = ("video", "audio", "ocr", "sensor")
 _BAR = 20
@@ -54,6 +54,10 @@ def summary(progress: Sequence[StreamProgress], stats: DeliveryStats, undelivere
         "acked": sum(stats.acked.values()),
         "failed": sum(stats.failed.values()),
         "undelivered": undelivered,
+        "delivery": {m: {"sent": stats.sent.get(m, 0), "acked": stats.acked.get(m, 0),
+                         "failed": stats.failed.get(m, 0)}
+                     for m in _ORDER if stats.sent.get(m)},
+        "delivery_line": stats.line(),
         "delivery_errors": list(stats.errors),
         "bytes": stats.bytes_sent,
         "seconds": round(seconds, 3),
@@ -75,7 +79,7 @@ def render_summary(report: dict[str, Any]) -> str:
         state = "complete" if s["complete"] else f"INCOMPLETE: {s['error']}"
         lines.append(f"  {sid}  {s['source']}  {counts}  ({s['media_s']:.2f} s media)  {state}")
     lines.append(f"acknowledged {report['acked']}, failed {report['failed']}, "
-                 f"undelivered {report['undelivered']}")
+                 f"undelivered {report['undelivered']} ({report['delivery_line']})")
     if report["publish_p50_ms"] is not None:
         lines.append(f"publish latency (capture → ack) p50 {report['publish_p50_ms']} ms, "
                      f"p99 {report['publish_p99_ms']} ms")
