@@ -76,6 +76,8 @@ async def test_a_published_file_arrives_whole_at_its_pts(apache_kafka: str,
                 "sensor": media.sensor_lines}
     assert report["tokens_by_modality"] == expected and report["ok"] is True
     assert report["acked"] == sum(expected.values()) and report["failed"] == 0
+    assert report["delivery"] == {m: {"sent": n, "acked": n, "failed": 0}
+                                  for m, n in expected.items()}
 
     tokens = await _media_records(settings, sid, sum(expected.values()), timeout_s=30.0)
     assert Counter(type(t).__name__ for t in tokens) == {
