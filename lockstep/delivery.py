@@ -5,7 +5,9 @@
 - :class:`RetryingSender` wraps an aiokafka producer: a send that fails with a retriable
   error (broker restart, leader change, timeout) is sent again with backoff until its
   delivery timeout; every record ends in exactly one ``on_ack`` or ``on_fail`` call.
-- :func:`delivery_line` is the one-line sent/acked/failed summary per modality.
+- :class:`DeliveryStats` (the :class:`~lockstep.publisher.Publisher`'s) and
+  :class:`PublishReport` (``publish_synthetic``'s) say what was sent, acknowledged and
+  failed per modality; :func:`delivery_line` puts that on one line.
 
 A re-sent record lands after records sent later (at-least-once, not in order): the
 aligner places tokens by capture time, and what arrives past a window's deadline is late.
@@ -17,6 +19,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Default time a record may take from its first send to its acknowledgement.
 DELIVERY_TIMEOUT_S = 120.0
+#: Distinct delivery errors kept for a report.
+MAX_ERRORS = 10
 
 
 def delivery_line(sent: Mapping[str, int], acked: Mapping[str, int],
@@ -70,6 +75,48 @@ class DeliveryStats:
     def line(self) -> str:
         """Sent/acked/failed per modality, on one line."""
         return delivery_line(self.sent, self.acked, self.failed)
+
+
+@dataclass
+class PublishReport:
+    """What was published: the acknowledged tokens are the ledger's left-hand side."""
+
+    #: Tokens the broker acknowledged.
+    keys: set[TokenKey] = field(default_factory=set)
+    #: Acknowledged tokens per modality.
+    by_modality: Counter[str] = field(default_factory=Counter)
+    #: Undecodable records (``inject_bad``) acknowledged.
+    bad_records: int = 0
+    seconds: float = 0.0
+    #: Tokens sent per modality (once each, however often re-sent).
+    sent: Counter[str] = field(default_factory=Counter)
+    #: Tokens not delivered, with the reason.
+    failed: dict[TokenKey, str] = field(default_factory=dict)
+    bad_records_failed: int = 0
+    #: Re-sends after a retriable failure (a broker restart, a timeout).
+    retries: int = 0
+    #: The first distinct delivery errors.
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def failed_by_modality(self) -> Counter[str]:
+        """Undelivered tokens per modality."""
+        return Counter(key.modality.value for key in self.failed)
+
+    @property
+    def ok(self) -> bool:
+        """Every token and record sent was acknowledged."""
+        return (not self.failed and not self.bad_records_failed
+                and sum(self.sent.values()) == len(self.keys))
+
+    def line(self) -> str:
+        """Sent/acked/failed per modality, on one line."""
+        return delivery_line(self.sent, self.by_modality, self.failed_by_modality)
+
+    def note(self, reason: str) -> None:
+        """Keep ``reason`` among the first distinct errors."""
+        if len(self.errors) < MAX_ERRORS and reason not in self.errors:
+            self.errors.append(reason)
 
 
 class OutageLog:

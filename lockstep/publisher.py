@@ -18,7 +18,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
@@ -26,12 +25,13 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from lockstep.delivery import (
     DELIVERY_TIMEOUT_S,
+    MAX_ERRORS,
     DeliveryStats,
     OutageLog,
     Outgoing,
     RetryingSender,
-    delivery_line,
 )
+from lockstep.delivery import PublishReport as PublishReport  # re-exported for callers
 from lockstep.errors import BrokerError, ConfigError
 from lockstep.logfilter import LIBRDKAFKA
 from lockstep.streams.aligner import TokenKey
@@ -50,49 +50,6 @@ BAD_RECORDS: tuple[bytes, ...] = (
     b"LS\x09\x01unsupported version",
     b"LS\x01\x01\xc1",  # valid header, broken MessagePack
 )
-
-_MAX_ERRORS = 10
-
-
-@dataclass
-class PublishReport:
-    """What was published: the acknowledged tokens are the ledger's left-hand side."""
-
-    #: Tokens the broker acknowledged.
-    keys: set[TokenKey] = field(default_factory=set)
-    #: Acknowledged tokens per modality.
-    by_modality: Counter[str] = field(default_factory=Counter)
-    #: Undecodable records (``inject_bad``) acknowledged.
-    bad_records: int = 0
-    seconds: float = 0.0
-    #: Tokens sent per modality (once each, however often re-sent).
-    sent: Counter[str] = field(default_factory=Counter)
-    #: Tokens not delivered, with the reason.
-    failed: dict[TokenKey, str] = field(default_factory=dict)
-    bad_records_failed: int = 0
-    #: Re-sends after a retriable failure (a broker restart, a timeout).
-    retries: int = 0
-    #: The first distinct delivery errors.
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def failed_by_modality(self) -> Counter[str]:
-        """Undelivered tokens per modality."""
-        return Counter(key.modality.value for key in self.failed)
-
-    @property
-    def ok(self) -> bool:
-        """Every token and record sent was acknowledged."""
-        return (not self.failed and not self.bad_records_failed
-                and sum(self.sent.values()) == len(self.keys))
-
-    def line(self) -> str:
-        """Sent/acked/failed per modality, on one line."""
-        return delivery_line(self.sent, self.by_modality, self.failed_by_modality)
-
-    def _note(self, reason: str) -> None:
-        if len(self.errors) < _MAX_ERRORS and reason not in self.errors:
-            self.errors.append(reason)
 
 
 async def publish_synthetic(
@@ -188,7 +145,7 @@ def _failed(report: PublishReport, item: Outgoing, reason: str) -> None:
         report.bad_records_failed += 1
     else:
         report.failed[item.token] = reason
-    report._note(reason)
+    report.note(reason)
 
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
@@ -400,7 +357,7 @@ class Publisher:
             log.error("producer failed: %s", error.str(), extra={"stage": "publish"})
 
     def _note(self, reason: str) -> None:
-        if len(self._errors) < _MAX_ERRORS and reason not in self._errors:
+        if len(self._errors) < MAX_ERRORS and reason not in self._errors:
             self._errors.append(reason)
 
     def _on_delivery(self, modality: str, capture_us: int, key: TokenKey | None,
