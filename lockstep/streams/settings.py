@@ -8,16 +8,21 @@ Nothing is read at import time: call :func:`load_settings`.
 from __future__ import annotations
 
 import fnmatch
+import itertools
+import re
 import ssl
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -54,12 +59,13 @@ class KafkaSettings(_Section):
 
     @model_validator(mode="after")
     def _sasl_complete(self) -> KafkaSettings:
-        if self.security_protocol.startswith("SASL") and not (
-            self.sasl_mechanism and self.sasl_username and self.sasl_password
-        ):
+        # Names what is missing, never a value: the password must not reach an error.
+        missing = [name for name in ("sasl_mechanism", "sasl_username", "sasl_password")
+                   if not getattr(self, name)]
+        if self.security_protocol.startswith("SASL") and missing:
             raise ValueError(
-                "SASL needs kafka.sasl_mechanism, kafka.sasl_username and kafka.sasl_password"
-            )
+                f"security_protocol {self.security_protocol} needs "
+                + ", ".join(f"kafka.{n} ({env_name(('kafka', n))})" for n in missing))
         return self
 
     def require_bootstrap(self) -> str:
@@ -402,15 +408,30 @@ class Settings(BaseSettings):
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
 
 
-def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+class _MappingEnvSource(EnvSettingsSource):
+    """``LOCKSTEP_*`` variables read from a mapping instead of this process's environment."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = dict(environ)  # read by the base class's constructor
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in self._environ.items()}  # names are case-insensitive
+
+
+def load_settings(config: Path | None = None, *, environ: Mapping[str, str] | None = None,
+                  **overrides: Any) -> Settings:
     """Load settings from the environment, an optional TOML file and explicit overrides.
 
     Args:
         config: A TOML file whose tables mirror the sections (``[align]``, ``[kafka]``...).
+        environ: Read the ``LOCKSTEP_*`` variables from this mapping instead of the
+            process's environment (the settings a pod with these variables would see).
         **overrides: Section values that win over everything (the CLI's flags).
 
     Raises:
-        ConfigError: The file is missing or a value is invalid.
+        ConfigError: The file is missing or a value is invalid (the message names the
+            settings, never their values).
     """
     settings_cls: type[Settings] = Settings
     if config is not None:
@@ -421,7 +442,84 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
             model_config = SettingsConfigDict(toml_file=config)
 
         settings_cls = _FromFile
+    if environ is not None:
+        variables = environ
+
+        class _FromMapping(settings_cls):  # type: ignore[valid-type,misc]
+            @classmethod
+            def settings_customise_sources(
+                cls,
+                settings_cls: type[BaseSettings],
+                init_settings: PydanticBaseSettingsSource,
+                env_settings: PydanticBaseSettingsSource,
+                dotenv_settings: PydanticBaseSettingsSource,
+                file_secret_settings: PydanticBaseSettingsSource,
+            ) -> tuple[PydanticBaseSettingsSource, ...]:
+                """Order: explicit arguments, the given variables, then the TOML file."""
+                return (init_settings, _MappingEnvSource(settings_cls, variables),
+                        TomlConfigSettingsSource(settings_cls))
+
+        settings_cls = _FromMapping
     try:
         return settings_cls(**overrides)
-    except ValueError as exc:
-        raise ConfigError(f"invalid settings: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigError(_redact(f"invalid settings: {describe_errors(exc)}",
+                                  overrides)) from None
+    except SettingsError as exc:  # a complex value (list, table) that is not JSON
+        field = re.search(r'field "(\w+)"', str(exc))
+        where = f" (LOCKSTEP_{field[1].upper()}__*: lists and tables are JSON)" if field else ""
+        raise ConfigError(_redact(f"invalid settings: {exc}{where}", overrides)) from None
+    except ValueError as exc:  # a TOML syntax error
+        raise ConfigError(_redact(f"invalid settings: {exc}", overrides)) from None
+
+
+#: Field names whose values are never shown, whatever their type.
+_SECRET_NAME = re.compile(r"password|secret|token|api_key|credential|private", re.IGNORECASE)
+
+
+def env_name(loc: Sequence[str | int]) -> str:
+    """The environment variable of a setting's path (``("kafka", "sasl_password")``)."""
+    parts = [str(p) for p in itertools.takewhile(lambda p: isinstance(p, str), loc)]
+    return "LOCKSTEP_" + "__".join(p.upper() for p in parts)
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line naming each invalid setting (dotted path and variable), never its value.
+
+    pydantic's own message repeats the input (``input_value``), which may hold a secret.
+    """
+    parts = []
+    for error in exc.errors(include_input=False, include_url=False, include_context=False):
+        loc = [p for p in error["loc"] if isinstance(p, str | int)]
+        path = ".".join(str(p) for p in loc) or "settings"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        # A validator's own message names the settings it is about; a type or range
+        # error names the variable that sets the field.
+        own = error["type"] == "value_error"
+        env = f" ({env_name(loc)})" if loc and isinstance(loc[0], str) and not own else ""
+        parts.append(f"{path}{env}: {message}")
+    return " ".join("; ".join(parts).split())
+
+
+def _redact(message: str, overrides: Mapping[str, Any]) -> str:
+    """``message`` with every secret-looking value of ``overrides`` replaced by ``***``.
+
+    A second line of defence behind :func:`describe_errors`, for messages raised by a
+    validator or a parser.
+    """
+    found: set[str] = set()
+
+    def walk(value: Any, secret: bool) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, secret or bool(_SECRET_NAME.search(str(key))))
+        elif isinstance(value, SecretStr):
+            found.add(value.get_secret_value())
+        elif secret and isinstance(value, str):
+            found.add(value)
+
+    walk(overrides, False)
+    # Short values would blank out ordinary words; they are not credentials anyway.
+    for value in sorted((v for v in found if len(v) >= 4), key=len, reverse=True):
+        message = message.replace(value, "***")
+    return message

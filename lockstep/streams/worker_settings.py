@@ -50,6 +50,7 @@ class OpenAISettings(_Section):
 
     base_url: str = "http://localhost:8000/v1"
     model: str = "Qwen/Qwen2.5-VL-7B-Instruct"
+    #: A secret: never printed, not even in a settings error.
     api_key: SecretStr | None = None
     #: Concurrent requests to the server (it batches them itself).
     max_concurrency: Annotated[int, Field(ge=1, le=1024)] = 32

@@ -48,7 +48,7 @@ def test_flags_override_one_field_without_resetting_the_section(
     ({"align": {"unknown": 1}}, "unknown"),
     ({"worker": {"pool": "Bad Pool"}}, "pool"),
     ({"slo": {"default_class": "nope"}}, "default_class"),
-    ({"kafka": {"security_protocol": "SASL_SSL"}}, "SASL needs"),
+    ({"kafka": {"security_protocol": "SASL_SSL"}}, "SASL_SSL needs kafka.sasl_mechanism"),
 ])
 def test_invalid_settings_raise_config_error(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
