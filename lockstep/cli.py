@@ -171,6 +171,50 @@ def topics_create(ctx: click.Context, bootstrap: str | None) -> None:
     click.echo(run_async(main()))
 
 
+@topics.command("manifest")
+@click.option("--format", "fmt", type=click.Choice(["strimzi", "json"]), default="strimzi",
+              show_default=True,
+              help="strimzi: KafkaTopic resources as YAML; json: the same as a Kubernetes List.")
+@click.option("--cluster", default="my-cluster", show_default=True,
+              help="The Strimzi Kafka cluster the topics belong to (label strimzi.io/cluster).")
+@click.option("--namespace", default=None,
+              help="metadata.namespace of every resource (default: none, kubectl's).")
+@click.option("--configmap", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Take the LOCKSTEP_* settings from this ConfigMap manifest, "
+                                 "as its pods see them, instead of the environment.")
+@click.pass_context
+def topics_manifest(ctx: click.Context, fmt: str, cluster: str, namespace: str | None,
+                    configmap: Path | None) -> None:
+    """Print the topic catalog as Strimzi KafkaTopic resources, from the settings.
+
+    Every topic (media, pipeline, every pool's requests.POOL, and the side topics
+    deadletter, late and slo.events) with the partitions, replicas and retention of
+    LOCKSTEP_TOPICS__*. Needs no cluster.
+    """
+    from lockstep.manifests import (
+        catalog_of,
+        configmap_environ,
+        kafka_topics,
+        render_json,
+        strimzi_manifest,
+    )
+    from lockstep.streams.settings import load_settings
+
+    environ = (configmap_environ(configmap.read_text(encoding="utf-8"), str(configmap))
+               if configmap is not None else None)
+    settings = load_settings(ctx.obj["config"], environ=environ)
+    if fmt == "json":
+        click.echo(render_json(kafka_topics(catalog_of(settings), cluster=cluster,
+                                            namespace=namespace)), nl=False)
+        return
+    command = " ".join([
+        "lockstep topics manifest --format strimzi",
+        *([f"--configmap {configmap}"] if configmap is not None else []),
+        *([f"--namespace {namespace}"] if namespace else []), f"--cluster {cluster}"])
+    click.echo(strimzi_manifest(settings, cluster=cluster, namespace=namespace,
+                                command=command), nl=False)
+
+
 @topics.command("describe")
 @bootstrap_option
 @click.pass_context

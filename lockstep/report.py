@@ -60,7 +60,8 @@ def render_topics(states: list[TopicState], created: list[str] | None = None) ->
     for state in states:
         configs = state.configs or {}
         retention = configs.get("retention.ms", state.spec.configs.get("retention.ms", "-"))
-        status = ", ".join(state.problems) or (
+        status = ", ".join(state.problems) or ", ".join(
+            f"warning: {w}" for w in state.warnings) or (
             "created" if state.spec.name in created_set else "ok")
         partitions = "-" if state.partitions is None else str(state.partitions)
         lines.append(f"{state.spec.name:<20} {partitions:>10} {retention:>12}  {status}")

@@ -125,15 +125,44 @@ class KafkaSettings(_Section):
         return config
 
 
-class TopicsSettings(_Section):
-    """Partitioning of the topic catalog."""
+Partitions = Annotated[int, Field(ge=1, le=1024)]
+RetentionMs = Annotated[int, Field(ge=60_000)]
 
-    media_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
-    pipeline_partitions: Annotated[int, Field(ge=1, le=1024)] = 4
+
+class TopicsSettings(_Section):
+    """The topic catalog's layout: partitions, replication and retention per class of topic.
+
+    Classes: ``media`` (the co-partitioned ``media.*``), ``pipeline`` (``aligned.windows``,
+    every ``requests.<pool>``, ``responses``) and ``side`` (``deadletter``, ``late``,
+    ``slo.events``).
+    """
+
+    media_partitions: Partitions = 4
+    pipeline_partitions: Partitions = 4
+    side_partitions: Partitions = 1
     replication_factor: Annotated[int, Field(ge=1, le=16)] = 1
+    #: ``min.insync.replicas`` of every topic; unset: ``replication_factor - 1`` (at least
+    #: 1), and not set on the topics at all while ``replication_factor`` is 1.
+    min_insync_replicas: Annotated[int, Field(ge=1, le=16)] | None = None
+    #: Pools whose ``requests.<pool>`` topic the catalog holds (each worker adds its own).
     pools: tuple[PoolName, ...] = ("vl", "text")
-    media_retention_ms: Annotated[int, Field(ge=60_000)] = 3_600_000
-    deadletter_retention_ms: Annotated[int, Field(ge=60_000)] = 7 * 86_400_000
+    media_retention_ms: RetentionMs = 3_600_000
+    pipeline_retention_ms: RetentionMs = 3_600_000
+    side_retention_ms: RetentionMs = 7 * 86_400_000
+
+    @model_validator(mode="after")
+    def _insync_fits(self) -> TopicsSettings:
+        if self.min_insync_replicas is not None and (
+                self.min_insync_replicas > self.replication_factor):
+            raise ValueError("topics.min_insync_replicas must not exceed "
+                             "topics.replication_factor")
+        return self
+
+    def insync_replicas(self) -> int | None:
+        """The ``min.insync.replicas`` to set on every topic (None: leave the broker's)."""
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return max(1, self.replication_factor - 1) if self.replication_factor > 1 else None
 
 
 ModalityName = Literal["video", "audio", "ocr", "sensor"]

@@ -26,13 +26,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TopicState:
-    """A topic as the cluster reports it, compared with its spec."""
+    """A topic as the cluster reports it, compared with its spec.
+
+    ``problems`` break the catalog (a role must not start on them); ``warnings`` do not
+    (more partitions than the catalog on a topic that is not co-partitioned).
+    """
 
     spec: TopicSpec
     exists: bool
     partitions: int | None
     configs: Mapping[str, str] | None = None
     problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass
@@ -91,10 +96,7 @@ def ensure_topics(
 def verify_topics(
     admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 15.0, *, strict: bool = True
 ) -> list[TopicState]:
-    """Compare the cluster with the catalog.
-
-    Checks that each topic exists with its partition count, and that the topics of a
-    group (the ``media.*`` topics) share one partition count, whatever the spec says.
+    """Compare the cluster with the catalog (see :func:`compare`); log every warning.
 
     Args:
         admin: The admin client.
@@ -108,29 +110,54 @@ def verify_topics(
     specs = list(specs)
     counts = _partition_counts(admin, timeout_s)
     configs = _configs(admin, [s.name for s in specs if s.name in counts], timeout_s)
+    states = compare(specs, counts, configs)
+    for state in states:
+        for warning in state.warnings:
+            log.warning("topic %s %s", state.spec.name, warning,
+                        extra={"topic": state.spec.name})
+    broken = [s for s in states if s.problems]
+    if strict and broken:
+        detail = "; ".join(f"{s.spec.name}: {', '.join(s.problems)}" for s in broken)
+        raise TopicMismatchError(f"topics do not match the catalog: {detail}")
+    return states
+
+
+def compare(specs: Iterable[TopicSpec], counts: Mapping[str, int],
+            configs: Mapping[str, Mapping[str, str]] | None = None) -> list[TopicState]:
+    """Judge the cluster's partition counts against the catalog.
+
+    A missing topic, or fewer partitions than the catalog, is a problem. More partitions
+    is a warning on a topic of its own (its consumers use them all), and a problem on a
+    co-partitioned one (``media.*``: every topic of the group must have the catalog's
+    count, or one align task would no longer see every modality of a stream).
+
+    Args:
+        specs: The catalog.
+        counts: Partition count of each topic that exists.
+        configs: Configs of each topic that exists, where known.
+    """
+    specs = list(specs)
     groups: dict[str, dict[str, int]] = {}
     for spec in specs:
         if spec.group and spec.name in counts:
             groups.setdefault(spec.group, {})[spec.name] = counts[spec.name]
     states = []
     for spec in specs:
-        problems = []
+        problems, warnings = [], []
         count = counts.get(spec.name)
         if count is None:
             problems.append("missing")
-        elif count != spec.partitions:
+        elif count < spec.partitions or (count > spec.partitions and spec.group):
             problems.append(f"has {count} partitions, catalog says {spec.partitions}")
+        elif count > spec.partitions:
+            warnings.append(f"has {count} partitions, more than the catalog's "
+                            f"{spec.partitions} (kept: partitions never shrink)")
         members = groups.get(spec.group or "", {})
         if spec.group and len(set(members.values())) > 1:
             layout = ", ".join(f"{n}={c}" for n, c in sorted(members.items()))
             problems.append(f"{spec.group} topics are not co-partitioned ({layout})")
-        states.append(
-            TopicState(spec, count is not None, count, configs.get(spec.name), tuple(problems))
-        )
-    broken = [s for s in states if s.problems]
-    if strict and broken:
-        detail = "; ".join(f"{s.spec.name}: {', '.join(s.problems)}" for s in broken)
-        raise TopicMismatchError(f"topics do not match the catalog: {detail}")
+        states.append(TopicState(spec, count is not None, count, (configs or {}).get(spec.name),
+                                 tuple(problems), tuple(warnings)))
     return states
 
 

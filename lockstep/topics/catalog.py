@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from lockstep.streams.settings import TopicsSettings
 from lockstep.topics.schemas import Modality
@@ -34,6 +34,9 @@ def requests_topic(pool: str) -> str:
     return f"{REQUESTS_PREFIX}{pool}"
 
 
+TopicClass = Literal["media", "pipeline", "side"]
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     """What a topic must look like.
@@ -44,6 +47,8 @@ class TopicSpec:
         replication_factor: Replicas per partition.
         configs: Topic-level configs set at creation.
         group: Topics of one group must share a partition count ("media" for media.*).
+        kind: The class of topic whose settings it takes (``topics.<kind>_partitions``,
+            ``topics.<kind>_retention_ms``).
     """
 
     name: str
@@ -51,31 +56,32 @@ class TopicSpec:
     replication_factor: int
     configs: Mapping[str, str] = field(default_factory=dict)
     group: str | None = None
+    kind: TopicClass = "pipeline"
 
 
 def catalog(settings: TopicsSettings, max_record_bytes: int = 8 * 1024 * 1024) -> list[TopicSpec]:
-    """All topics for the given settings, media first.
+    """All topics for the given settings: media, then the pipeline, then the side topics.
+
+    Every partition count, replication factor and retention comes from ``settings``.
 
     Args:
-        settings: Partition counts, replication, pools and retention.
+        settings: Partition counts, replication, pools and retention per class of topic.
         max_record_bytes: ``max.message.bytes`` of every topic.
     """
     rf = settings.replication_factor
     base = {"max.message.bytes": str(max_record_bytes), "message.timestamp.type": "CreateTime"}
+    insync = settings.insync_replicas()
+    if insync is not None:
+        base["min.insync.replicas"] = str(insync)
     media = {**base, "retention.ms": str(settings.media_retention_ms)}
-    pipeline = {**base, "retention.ms": str(settings.media_retention_ms)}
-    side = {**base, "retention.ms": str(settings.deadletter_retention_ms)}
+    pipeline = {**base, "retention.ms": str(settings.pipeline_retention_ms)}
+    side = {**base, "retention.ms": str(settings.side_retention_ms)}
     specs = [
-        TopicSpec(name, settings.media_partitions, rf, media, group="media")
+        TopicSpec(name, settings.media_partitions, rf, media, group="media", kind="media")
         for name in MEDIA.values()
     ]
-    specs.append(TopicSpec(ALIGNED, settings.pipeline_partitions, rf, pipeline))
-    specs.extend(
-        TopicSpec(requests_topic(pool), settings.pipeline_partitions, rf, pipeline)
-        for pool in settings.pools
-    )
-    specs.append(TopicSpec(RESPONSES, settings.pipeline_partitions, rf, pipeline))
-    specs.append(TopicSpec(DEADLETTER, 1, rf, side))
-    specs.append(TopicSpec(LATE, 1, rf, side))
-    specs.append(TopicSpec(SLO_EVENTS, 1, rf, side))
+    names = [ALIGNED, *(requests_topic(pool) for pool in settings.pools), RESPONSES]
+    specs.extend(TopicSpec(name, settings.pipeline_partitions, rf, pipeline) for name in names)
+    specs.extend(TopicSpec(name, settings.side_partitions, rf, side, kind="side")
+                 for name in (DEADLETTER, LATE, SLO_EVENTS))
     return specs
