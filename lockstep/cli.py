@@ -105,7 +105,9 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
 @click.option("--create-topics/--no-create-topics", default=False, show_default=True,
               help="Create missing topics at start instead of only verifying them.")
 @click.option("--metrics-port", default=None, type=click.IntRange(0, 65535),
-              help="Port for /metrics (default: LOCKSTEP_METRICS__PORT or 9464).")
+              help="Port for /metrics (default: LOCKSTEP_METRICS__PORT, else the first "
+                   "role's: align 9464, route 9465, worker 9466 + the pool's place in "
+                   "topics.pools; 0: any free port).")
 @click.pass_context
 def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
         create_topics: bool, metrics_port: int | None) -> None:
@@ -131,8 +133,11 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     async def main() -> None:
         telemetry = Telemetry(settings.slo.stage_p99_ms / 1000.0)
         if settings.metrics.enabled:
-            port = telemetry.serve(settings.metrics.host, settings.metrics.port)
-            click.echo(f"metrics on http://{settings.metrics.host}:{port}/metrics", err=True)
+            host = settings.metrics.host
+            port = settings.metrics.port_for(role_list, pools or [settings.worker.pool],
+                                             settings.topics.pools)
+            port = telemetry.serve(host, port)
+            click.echo(f"metrics on http://{host}:{port}/metrics", err=True)
         await prepare_topics(settings, create=create_topics)
         running = await start_roles(settings, role_list, telemetry, worker_pools=pools or None)
         click.echo(f"running {','.join(role_list)} as group {running.app.conf.id}", err=True)
@@ -282,8 +287,8 @@ def broker(port: int | None, host: str) -> None:
 
 @cli.command()
 @click.option("--url", "urls", multiple=True, metavar="URL",
-              help="A role's /metrics URL (repeat for several; default: "
-                   "http://127.0.0.1:<LOCKSTEP_METRICS__PORT>/metrics).")
+              help="A role's /metrics URL (repeat for several; default: every role on this "
+                   "host at LOCKSTEP_METRICS__PORT or the roles' default ports).")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.2, 600),
               help="Seconds between refreshes.")
 @click.option("--once", is_flag=True, help="Print the totals since start once and exit.")
@@ -294,12 +299,12 @@ def top(ctx: click.Context, urls: tuple[str, ...], interval: float, once: bool) 
     Reads the roles' /metrics; each refresh shows what happened since the previous one.
     Exits 1 with --once when no URL answered.
     """
-    from lockstep.top import run_top
+    from lockstep.top import default_urls, run_top
 
     settings = settings_for(ctx)
-    urls = urls or (f"http://127.0.0.1:{settings.metrics.port}/metrics",)
     try:
-        sys.exit(run_top(urls, settings.slo, interval_s=interval, once=once))
+        sys.exit(run_top(urls or default_urls(settings), settings.slo, interval_s=interval,
+                         once=once, optional=not urls))
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -1,8 +1,9 @@
 """``lockstep top``: a live terminal view of the pipeline's SLA, read from the roles' /metrics.
 
 Per stage P50/P99 against its budget, SLO attainment per class (and degraded mode), routes,
-the token ledger and consumer lag. Each refresh shows what was observed since the previous
-one; ``--once`` prints the totals since the processes started, once.
+the token ledger and consumer lag; shed requests count as missed. Each refresh shows what
+was observed since the previous one; ``--once`` prints the totals since the processes
+started, once. Without URLs it reads every role of this host at its default port.
 """
 
 from __future__ import annotations
@@ -17,26 +18,43 @@ from rich.table import Table
 from rich.text import Text
 
 from lockstep.metrics_view import Scrape, ScrapeError, Summary, fetch, merge, parse, summarize
-from lockstep.streams.settings import SloSettings
+from lockstep.streams.settings import ROLE_METRICS_PORTS, Settings, SloSettings
 
 
-def scrape_all(urls: Sequence[str]) -> tuple[Scrape, list[str]]:
-    """Scrape every URL; return the merged metrics and the errors of those that failed."""
-    scrapes, errors = [], []
+def default_urls(settings: Settings) -> list[str]:
+    """The ``/metrics`` URLs of the roles of this host: the configured port, or each role's.
+
+    The worker of every pool in ``topics.pools`` has its own default port.
+    """
+    metrics = settings.metrics
+    host = "127.0.0.1" if metrics.host in ("0.0.0.0", "::", "") else metrics.host
+    if metrics.port:
+        ports = [metrics.port]
+    else:
+        ports = [ROLE_METRICS_PORTS["align"], ROLE_METRICS_PORTS["route"],
+                 *(ROLE_METRICS_PORTS["worker"] + i for i in range(len(settings.topics.pools)))]
+    return [f"http://{host}:{port}/metrics" for port in ports]
+
+
+def scrape_all(urls: Sequence[str]) -> tuple[Scrape, list[str], list[str]]:
+    """Scrape every URL; return the merged metrics, the URLs read and the errors of the rest."""
+    scrapes, read, errors = [], [], []
     for url in urls:
         try:
             scrapes.append(parse(fetch(url)))
+            read.append(url)
         except ScrapeError as error:
             errors.append(str(error))
-    return merge(scrapes), errors
+    return merge(scrapes), read, errors
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def render(summary: Summary, *, title: str, errors: Sequence[str] = ()) -> Group:
-    """The view of one summary as rich tables."""
+def render(summary: Summary, *, title: str, errors: Sequence[str] = (),
+           sources: Sequence[str] = ()) -> Group:
+    """The view of one summary as rich tables (``sources``: the URLs it was read from)."""
     stages = Table(title=title, title_justify="left", expand=False)
     for column in ("stage", "count", "p50 ms", "p99 ms", "budget ms", ""):
         stages.add_column(column, justify="left" if column in ("stage", "") else "right")
@@ -67,24 +85,45 @@ def render(summary: Summary, *, title: str, errors: Sequence[str] = ()) -> Group
     for pool, mean in summary.batch.items():
         side.add_row(f"mean batch {pool}", f"{mean:.1f}")
     parts: list[Table | Text] = [stages, classes, side]
+    if sources:
+        parts.append(Text("metrics from " + ", ".join(sources), style="dim"))
     parts.extend(Text(e, style="red") for e in errors)
     return Group(*parts)
 
 
 def run_top(urls: Sequence[str], slo: SloSettings, *, interval_s: float = 2.0,
-            once: bool = False, console: Console | None = None) -> int:
-    """Show the view; return 0, or 1 if ``once`` and no endpoint answered."""
+            once: bool = False, console: Console | None = None,
+            optional: bool = False) -> int:
+    """Show the view; return 0, or 1 if ``once`` and no endpoint answered.
+
+    Args:
+        urls: The ``/metrics`` URLs to read and merge.
+        slo: SLO classes and budgets (budgets the endpoints export take precedence).
+        interval_s: Seconds between refreshes.
+        once: Print the totals since start once and return.
+        console: Where to print.
+        optional: The URLs are guesses (the default ports): those that do not answer are
+            not reported unless none does.
+    """
     console = console or Console()
-    scrape, errors = scrape_all(urls)
+
+    def shown(read: list[str], errors: list[str]) -> list[str]:
+        return [] if optional and read else errors
+
+    scrape, read, errors = scrape_all(urls)
     if once:
-        console.print(render(summarize(scrape, slo), title="since start", errors=errors))
-        return 0 if len(errors) < len(urls) else 1
-    with Live(render(summarize(scrape, slo), title="since start", errors=errors),
+        console.print(render(summarize(scrape, slo), title="since start",
+                             errors=shown(read, errors), sources=read))
+        return 0 if read else 1
+    with Live(render(summarize(scrape, slo), title="since start", errors=shown(read, errors),
+                     sources=read),
               console=console, refresh_per_second=4, screen=False) as live:
         while True:
             time.sleep(interval_s)
-            current, errors = scrape_all(urls)
-            window = current - scrape if not errors else current
-            title = f"last {interval_s:g} s" if not errors else "since start"
-            live.update(render(summarize(window, slo), title=title, errors=errors))
-            scrape = current
+            current, now_read, errors = scrape_all(urls)
+            steady = now_read == read
+            window = current - scrape if steady else current
+            title = f"last {interval_s:g} s" if steady else "since start"
+            live.update(render(summarize(window, slo), title=title,
+                               errors=shown(now_read, errors), sources=now_read))
+            scrape, read = current, now_read

@@ -14,7 +14,7 @@ import ssl
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
@@ -394,12 +394,39 @@ class SloSettings(_Section):
         return {s: self.stage_budget_ms(s, slo_class) for s in ("e2e", "publish", *E2E_STAGES)}
 
 
+#: Default ``/metrics`` port of each role, so that one process per role on one host never
+#: clash; the worker of the k-th pool of ``topics.pools`` listens on ``worker`` + k.
+ROLE_METRICS_PORTS: Final = {"align": 9464, "route": 9465, "worker": 9466}
+
+
 class MetricsSettings(_Section):
     """The Prometheus endpoint each process serves."""
 
     enabled: bool = True
-    host: str = "0.0.0.0"  # scraped from other hosts/pods
-    port: Annotated[int, Field(ge=0, le=65535)] = 9464
+    #: Loopback by default; containers and pods set 0.0.0.0 to be scraped from elsewhere.
+    host: str = "127.0.0.1"
+    #: Unset: the port of the process's first role (:data:`ROLE_METRICS_PORTS`); 0: any
+    #: free port (the one chosen is printed at start).
+    port: Annotated[int, Field(ge=0, le=65535)] | None = None
+
+    def port_for(self, roles: Sequence[str], pools: Sequence[str],
+                 known_pools: Sequence[str]) -> int:
+        """The port a process running ``roles`` (in pipeline order) serves on.
+
+        Args:
+            roles: The process's roles, in pipeline order.
+            pools: The pools of its worker role.
+            known_pools: ``topics.pools``; a worker of another pool takes any free port.
+        """
+        if self.port is not None:
+            return self.port
+        first = roles[0] if roles else "align"
+        if first != "worker":
+            return ROLE_METRICS_PORTS.get(first, 0)
+        pool = pools[0] if pools else ""
+        if pool not in known_pools:
+            return 0
+        return ROLE_METRICS_PORTS["worker"] + list(known_pools).index(pool)
 
 
 class Settings(BaseSettings):

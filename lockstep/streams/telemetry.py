@@ -9,6 +9,7 @@ CLI's summary, and, once :meth:`Telemetry.watch` is called, to the SLO breach de
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from typing import Final
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from lockstep.errors import ConfigError
 from lockstep.streams.slo import SloMonitor
 
 STAGES: Final = ("publish", "transport", "align", "route", "queue", "infer", "respond", "e2e")
@@ -194,10 +196,29 @@ class Telemetry:
                 for s in sorted(self._rings, key=lambda s: order.get(s, len(order)))}
 
     def slo_attainment(self) -> float | None:
-        """Fraction of responses within their class's e2e budget (None before any)."""
-        return self._e2e_met / self._e2e_total if self._e2e_total else None
+        """Fraction of requests answered within their class's e2e budget (None before any).
 
-    def serve(self, host: str, port: int) -> int:
-        """Serve ``/metrics`` over HTTP in a daemon thread; return the bound port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        Shed requests count as missed.
+        """
+        with self._lock:
+            return self._e2e_met / self._e2e_total if self._e2e_total else None
+
+    def serve(self, host: str, port: int | None) -> int:
+        """Serve ``/metrics`` over HTTP in a daemon thread; return the bound port.
+
+        Args:
+            host: The address to bind (``127.0.0.1``: this host only; ``0.0.0.0``: all).
+            port: The port; 0 or None takes any free one.
+
+        Raises:
+            ConfigError: The port is taken, or the address is not this host's.
+        """
+        try:
+            server, _thread = start_http_server(port or 0, addr=host, registry=self.registry)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(f"metrics port {port} is in use (set --metrics-port or "
+                                  "LOCKSTEP_METRICS__PORT, 0 = any)") from None
+            raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
+                              "(set LOCKSTEP_METRICS__HOST)") from None
         return int(server.server_port)
