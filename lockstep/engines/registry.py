@@ -1,34 +1,58 @@
 """Choosing an engine by name (``worker.engine``).
 
-``auto`` picks the best engine this machine can run: ``trtllm`` where TensorRT-LLM is
-installed and torch sees a GPU, else ``cpu`` where torch and transformers are installed,
-else the numpy ``reference`` engine.
+``auto`` picks the best engine this machine can run with a real model: ``trtllm`` where
+TensorRT-LLM is installed, torch sees a GPU and ``worker.trtllm.model`` names a model;
+else ``cpu`` where torch and transformers are installed and ``worker.cpu.model_dir`` names a
+checkpoint; else the numpy ``reference`` engine. It never picks the cpu engine's tiny
+random-weights model: that one runs only when asked for by name (``engine=cpu`` without a
+``model_dir``), with a warning.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+from dataclasses import dataclass
 
 from lockstep.engines.base import Engine
 from lockstep.streams.telemetry import Telemetry
 from lockstep.streams.worker_settings import WorkerSettings
 
 log = logging.getLogger(__name__)
+CPU_HINT = "pip install 'lockstep-stream[cpu]'"
 
 
-def resolve(name: str) -> str:
-    """The concrete engine ``name`` stands for (``auto`` resolved on this machine)."""
-    if name != "auto":
-        return name
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine a worker's settings resolve to, and why (for the log)."""
+
+    name: str
+    reason: str
+
+
+def choose(settings: WorkerSettings) -> EngineChoice:
+    """The concrete engine ``settings.engine`` stands for on this machine (no side effects)."""
+    if settings.engine != "auto":
+        return EngineChoice(settings.engine, "worker.engine")
     has = importlib.util.find_spec
-    if has("tensorrt_llm") is not None and _cuda():
-        return "trtllm"
-    if has("torch") is not None and has("transformers") is not None:
-        return "cpu"
-    log.warning("worker.engine=auto: torch/transformers not installed, using the reference "
-                "engine (pip install 'lockstep-stream[cpu]' for the vision-language model)")
-    return "reference"
+    if settings.trtllm.model and has("tensorrt_llm") is not None and _cuda():
+        return EngineChoice("trtllm", "worker.engine=auto: TensorRT-LLM, a GPU and "
+                                      "worker.trtllm.model")
+    torch = has("torch") is not None and has("transformers") is not None
+    if torch and settings.cpu.model_dir is not None:
+        return EngineChoice("cpu", "worker.engine=auto: torch and worker.cpu.model_dir")
+    if torch:
+        why = ("no model checkpoint is configured (set worker.cpu.model_dir, "
+               "LOCKSTEP_WORKER__CPU__MODEL_DIR; the cpu engine without one has random weights)")
+    else:
+        why = f"torch/transformers are not installed ({CPU_HINT} and set worker.cpu.model_dir)"
+    return EngineChoice("reference", f"worker.engine=auto: using the reference engine: {why}")
+
+
+def resolve(name: str, settings: WorkerSettings | None = None) -> str:
+    """The concrete engine ``name`` stands for (``auto`` resolved on this machine)."""
+    base = settings or WorkerSettings()
+    return choose(base.model_copy(update={"engine": name})).name
 
 
 def _cuda() -> bool:
@@ -39,11 +63,35 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def describe_model(name: str, settings: WorkerSettings) -> str:
+    """What an engine serves, in a few words: its model, and where it comes from."""
+    if name == "cpu":
+        if settings.cpu.model_dir is None:
+            return "tiny Qwen2.5-VL with RANDOM weights (no worker.cpu.model_dir)"
+        return f"{settings.cpu.model_dir} (device {settings.cpu.device})"
+    if name == "trtllm":
+        return settings.trtllm.model or "(no worker.trtllm.model)"
+    if name == "openai":
+        return f"{settings.openai.model} at {settings.openai.base_url}"
+    return "numpy description of the window (no model)"
+
+
 def create_engine(settings: WorkerSettings, telemetry: Telemetry | None = None) -> Engine:
-    """Build the engine a worker's settings name (not started)."""
+    """Build the engine a worker's settings name (not started); log which and with what model."""
     common = dict(timeout_s=settings.infer_timeout_ms / 1000.0, telemetry=telemetry,
                   pool=settings.pool)
-    name = resolve(settings.engine)
+    choice = choose(settings)
+    extra = {"pool": settings.pool, "engine": choice.name}
+    if settings.engine == "auto" and choice.name == "reference":
+        log.warning("%s", choice.reason, extra=extra)
+    if choice.name == "cpu" and settings.cpu.model_dir is None:
+        log.warning("worker.engine=cpu without worker.cpu.model_dir: the tiny Qwen2.5-VL has "
+                    "RANDOM weights, its answers are noise (set LOCKSTEP_WORKER__CPU__MODEL_DIR "
+                    "to a checkpoint)", extra=extra)
+    log.info("worker %s: engine %s%s, model %s", settings.pool, choice.name,
+             " (auto)" if settings.engine == "auto" else "",
+             describe_model(choice.name, settings), extra=extra)
+    name = choice.name
     if name == "cpu":
         from lockstep.engines.cpu import CpuEngine
         return CpuEngine(settings.cpu, max_batch=settings.max_batch, **common)

@@ -21,7 +21,8 @@ class CpuEngineSettings(_Section):
     """The torch + transformers vision-language engine (Qwen2.5-VL architecture)."""
 
     #: A local Hugging Face model directory (weights, tokenizer, processor). Unset: a tiny
-    #: Qwen2.5-VL with deterministic random weights, built offline.
+    #: Qwen2.5-VL with deterministic random weights, built offline (its answers are noise:
+    #: ``engine=auto`` never picks it, ``engine=cpu`` runs it with a warning).
     model_dir: Path | None = None
     #: ``auto`` takes CUDA when torch sees a GPU.
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -60,8 +61,9 @@ class WorkerSettings(_Section):
     """The batching inference worker of one pool (docs/engines.md)."""
 
     pool: PoolName = "vl"
-    #: ``auto``: trtllm where TensorRT-LLM and a GPU are present, else cpu where torch and
-    #: transformers are installed, else the numpy reference engine.
+    #: ``auto``: trtllm where TensorRT-LLM and a GPU are present and ``trtllm.model`` is set,
+    #: else cpu where torch and transformers are installed and ``cpu.model_dir`` is set, else
+    #: the numpy reference engine (never a random-weights model).
     engine: EngineName = "auto"
     #: ``lockstep`` (deadline/priority aware), ``fifo`` (fixed max queue delay) or ``batch1``.
     policy: Literal["lockstep", "fifo", "batch1"] = "lockstep"

@@ -2,6 +2,7 @@ import base64
 import io
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -102,8 +103,9 @@ async def test_trtllm_engine_says_how_to_get_tensorrt_llm_when_it_is_missing() -
         await engine.start()
 
 
-def test_registry_resolves_auto_to_the_cpu_engine_where_torch_is_installed() -> None:
-    assert resolve("auto") == "cpu"  # the test environment installs the cpu extra
+def test_registry_resolves_auto_to_the_cpu_engine_only_with_a_checkpoint(tmp_path: Path) -> None:
+    assert resolve("auto") == "reference"  # torch is installed, but no model_dir is set
+    assert resolve("auto", WorkerSettings(cpu={"model_dir": tmp_path})) == "cpu"
     assert create_engine(WorkerSettings(engine="reference")).name == "reference"
     assert create_engine(WorkerSettings(engine="openai")).name == "openai"
 
