@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.errors import ConfigError, LockstepError
 from lockstep.streams.settings import SloSettings
-from lockstep.streams.telemetry import STAGES
+from lockstep.streams.telemetry import LATENCY_BUCKETS, STAGES
 
 Labels = frozenset[tuple[str, str]]
 PREFIX = "lockstep_"
@@ -77,6 +77,18 @@ class Hist:
             out.append((lower, le, cumulative - below))
             lower, below = le, cumulative
         return out
+
+    def with_unanswered(self, n: float) -> Hist:
+        """This histogram plus ``n`` observations of unbounded latency (shed requests).
+
+        They land in the ``+Inf`` bucket: they count against every budget, and a P99 they
+        reach reads as the largest finite bound.
+        """
+        if n <= 0:
+            return self
+        bounds = dict(self.buckets)
+        bounds[math.inf] = bounds.get(math.inf, self.total) + n
+        return Hist(tuple(sorted(bounds.items())), self.total + n, self.sum)
 
     def __add__(self, other: Hist) -> Hist:
         return _combine(self, other, 1.0)
@@ -267,10 +279,13 @@ def summarize(scrape: Scrape, slo: SloSettings) -> Summary:
         return min(budgets[(stage, c)] * 1e3 if (stage, c) in budgets
                    else slo.stage_budget_ms(stage, c) for c in ([slo_class] if slo_class else seen))
 
+    expired = scrape.values("lockstep_e2e_expired_total", ("slo_class",))
+    shed_total = sum(expired.values())
     hists = scrape.histogram("lockstep_stage_latency_seconds", ("stage",))
     e2e = scrape.histogram("lockstep_e2e_latency_seconds").get(())
-    if e2e is not None:
-        hists[("e2e",)] = e2e
+    if e2e is not None or shed_total > 0:
+        # A shed request is an e2e observation that never ended: it counts as over budget.
+        hists[("e2e",)] = (e2e or _EMPTY).with_unanswered(shed_total)
     order = {s: i for i, s in enumerate(STAGES)}
     stages = []
     for (stage,), h in sorted(hists.items(), key=lambda kv: order.get(kv[0][0], len(order))):
@@ -278,16 +293,17 @@ def summarize(scrape: Scrape, slo: SloSettings) -> Summary:
                                budget_ms(stage), h))
     degraded = scrape.values("lockstep_slo_degraded", ("slo_class",))
     breaches = scrape.values("lockstep_slo_breaches_total", ("slo_class",))
-    expired = scrape.values("lockstep_e2e_expired_total", ("slo_class",))
+    answered = scrape.histogram("lockstep_e2e_latency_seconds", ("slo_class",))
     classes = []
-    for (slo_class,), h in sorted(scrape.histogram("lockstep_e2e_latency_seconds",
-                                                    ("slo_class",)).items()):
+    for slo_class in sorted({c for (c,) in answered}
+                            | {c for (c,), n in expired.items() if n > 0}):
         budget = budget_ms("e2e", slo_class)
         shed = expired.get((slo_class,), 0.0)
-        within = h.share_within(budget / 1e3)
-        attained = None if within is None else within * h.total / (h.total + shed)
-        classes.append(ClassRow(slo_class, h.total, shed, attained,
-                                _ms(h.quantile(0.99)), budget,
+        h = answered.get((slo_class,), _EMPTY)
+        # Attainment and P99 over every request, the shed ones as missed.
+        both = h.with_unanswered(shed)
+        classes.append(ClassRow(slo_class, h.total, shed, both.share_within(budget / 1e3),
+                                _ms(both.quantile(0.99)), budget,
                                 degraded.get((slo_class,), 0.0) > 0,
                                 breaches.get((slo_class,), 0.0)))
     ledger: dict[str, dict[str, float]] = {}
@@ -304,6 +320,10 @@ def summarize(scrape: Scrape, slo: SloSettings) -> Summary:
         lag={(t, g): n for (t, g), n in sorted(scrape.values(
             "lockstep_consumer_lag", ("topic", "group")).items())},
         batch=batch)
+
+
+#: A latency histogram without observations (the exporter's buckets).
+_EMPTY = Hist(tuple((b, 0.0) for b in (*LATENCY_BUCKETS, math.inf)), 0.0, 0.0)
 
 
 def _ms(seconds: float | None) -> float | None:

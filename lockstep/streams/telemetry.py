@@ -20,6 +20,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from lockstep.errors import ConfigError
+from lockstep.streams.settings import SloSettings
 from lockstep.streams.slo import SloMonitor
 
 STAGES: Final = ("publish", "transport", "align", "route", "queue", "infer", "respond", "e2e")
@@ -32,6 +33,9 @@ LATENCY_BUCKETS: Final = (
     0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0,
 )
 BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: The e2e latency a shed request counts with in breach detection: it got no answer, so
+#: its latency is unbounded; the largest bucket bound stands for "over every budget".
+SHED_LATENCY_S: Final = LATENCY_BUCKETS[-1]
 _RING = 65_536
 
 
@@ -68,12 +72,17 @@ class _Ring:
 
 
 class Telemetry:
-    """The metrics of one process."""
+    """The metrics of one process.
+
+    Observations without an SLO class count for the default class (``slo.default_class``,
+    given to :meth:`watch`), so every series carries a class that alerts can match on.
+    """
 
     def __init__(self, stage_budget_s: float = 0.012,
                  registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.stage_budget_s = stage_budget_s
+        self.default_class = SloSettings.model_fields["default_class"].default
         r = self.registry
         self.stage_latency = Histogram(
             "lockstep_stage_latency_seconds", "Latency of one pipeline stage.",
@@ -92,6 +101,14 @@ class Telemetry:
                                     ["pool"], buckets=BATCH_BUCKETS, registry=r)
         self.queue_depth = Gauge("lockstep_queue_depth", "Requests waiting for an engine.",
                                  ["pool"], registry=r)
+        self.queue_capacity = Gauge(
+            "lockstep_queue_capacity", "Bound of a pool's admission queue (worker.max_queue): "
+            "the worker stops fetching when lockstep_queue_depth reaches it.", ["pool"],
+            registry=r)
+        self.dead_letters = Counter(
+            "lockstep_dead_letters", "Records dead-lettered, by the stage that rejected them "
+            "and the kind of error (DecodeError, SchemaError, BadInput).", ["stage", "error"],
+            registry=r)
         self.requests = Counter(
             "lockstep_requests", "Requests answered by a worker, by status (ok, expired: "
             "shed because it could no longer meet its deadline, failed: dead-lettered).",
@@ -130,27 +147,43 @@ class Telemetry:
             "lockstep_align_clock_jitter_ms", "Mean timestamp jitter (residual sigma) of a "
             "modality's recovered capture clock.", ["modality"], registry=r)
         self._rings: dict[str, _Ring] = {}
+        self._e2e_budget_s: dict[str, float] = {}
         self._e2e_total = 0
         self._e2e_met = 0
         self._lock = threading.Lock()
         self._slo: SloMonitor | None = None
 
-    def watch(self, monitor: SloMonitor, budgets: Mapping[str, Mapping[str, float]]) -> None:
+    def watch(self, monitor: SloMonitor, budgets: Mapping[str, Mapping[str, float]], *,
+              default_class: str | None = None) -> None:
         """Feed every stage and e2e observation to ``monitor`` from now on.
+
+        Also creates the SLO series of every class at zero (violations and breaches per
+        stage, shed requests, degraded mode), so that rates and ratios over them exist
+        before the first miss.
 
         Args:
             monitor: The breach detector.
             budgets: Per SLO class, the P99 budget of each stage in milliseconds (exported
                 as ``lockstep_slo_budget_seconds`` for dashboards and ``lockstep top``).
+            default_class: The class of observations that name none (``slo.default_class``).
         """
         self._slo = monitor
+        if default_class is not None:
+            self.default_class = default_class
         for slo_class, tree in budgets.items():
+            self.e2e_expired.labels(slo_class)
+            self.slo_degraded.labels(slo_class)
             for stage, ms in tree.items():
                 self.slo_budget.labels(stage, slo_class).set(ms / 1000.0)
+                self.slo_violations.labels(stage, slo_class)
+                self.slo_breaches.labels(stage, slo_class)
+            if "e2e" in tree:
+                self._e2e_budget_s[slo_class] = tree["e2e"] / 1000.0
 
     def stage(self, stage: str, seconds: float, *, route: str = "", pool: str = "",
               slo_class: str = "") -> None:
-        """Record one latency observation of a pipeline stage."""
+        """Record one latency observation of a pipeline stage (no class: the default)."""
+        slo_class = slo_class or self.default_class
         self.stage_latency.labels(stage, route, pool, slo_class).observe(seconds)
         if seconds > self.stage_budget_s and stage not in ("infer", "e2e"):
             self.slo_violations.labels(stage, slo_class).inc()
@@ -160,6 +193,7 @@ class Telemetry:
 
     def e2e(self, seconds: float, *, route: str, slo_class: str, budget_s: float) -> None:
         """Record one end-to-end latency against its SLO class budget."""
+        slo_class = slo_class or self.default_class
         self.e2e_latency.labels(route, slo_class).observe(seconds)
         self._ring("e2e").add(seconds)
         if self._slo is not None:
@@ -172,11 +206,26 @@ class Telemetry:
             self._e2e_met += met
 
     def expired(self, *, slo_class: str) -> None:
-        """Count a request shed by a worker as a missed end-to-end SLO (it got no answer)."""
+        """Count a request shed unanswered as a missed end-to-end SLO.
+
+        It counts against attainment (here and in ``lockstep_slo_violations_total``) and,
+        as an e2e sample of :data:`SHED_LATENCY_S`, in breach detection.
+        """
+        slo_class = slo_class or self.default_class
         self.slo_violations.labels("e2e", slo_class).inc()
         self.e2e_expired.labels(slo_class).inc()
+        if self._slo is not None:
+            self._slo.observe("e2e", slo_class, SHED_LATENCY_S, monotonic_us())
         with self._lock:
             self._e2e_total += 1
+
+    def set_queue_capacity(self, pool: str, capacity: int) -> None:
+        """Export the bound of ``pool``'s admission queue (alerts compare the depth with it)."""
+        self.queue_capacity.labels(pool).set(capacity)
+
+    def dead_letter(self, stage: str, error: str) -> None:
+        """Count one dead-lettered record by stage and error kind (``type(error).__name__``)."""
+        self.dead_letters.labels(stage, error).inc()
 
     def token(self, modality: str, outcome: str, n: int = 1) -> None:
         """Count tokens by outcome: window, late, deadletter, duplicate."""

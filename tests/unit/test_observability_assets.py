@@ -17,6 +17,8 @@ DOCKER = Path(__file__).resolve().parents[2] / "docker"
 ALERTS = DOCKER / "prometheus" / "alerts.yml"
 DASHBOARD = DOCKER / "grafana" / "lockstep.json"
 _SUFFIXES = {"histogram": ("_bucket", "_count", "_sum"), "counter": ("_total",), "gauge": ("",)}
+#: Labels Prometheus adds to every series of a scrape target.
+_TARGET_LABELS = {"job", "instance"}
 
 
 def _series() -> dict[str, set[str]]:
@@ -28,7 +30,8 @@ def _series() -> dict[str, set[str]]:
         # prometheus_client keeps no public list of a metric's label names.
         kind, name, labels = metric._type, metric._name, set(metric._labelnames)
         for suffix in _SUFFIXES[kind]:
-            out[name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+            out[name + suffix] = labels | _TARGET_LABELS | (
+                {"le"} if suffix == "_bucket" else set())
     return out
 
 
@@ -103,3 +106,33 @@ def test_the_check_catches_a_misspelt_metric_and_an_unknown_label() -> None:
         _check('lockstep_consumer_lag{pool="vl"}', series, "label")
     with pytest.raises(AssertionError, match="grouping"):
         _check("sum by (pool) (lockstep_consumer_lag)", series, "by")
+
+
+def test_the_dashboard_filters_by_class_pool_and_job_over_the_rate_interval() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"class", "pool", "job"} <= variables
+    targets = _targets(dashboard["panels"])
+    exprs = " ".join(expr for _, expr in targets)
+    for variable in ("$class", "$pool", "$job"):
+        assert variable in exprs
+    fixed = [(title, expr) for title, expr in targets if re.search(r"\[\d+[smhdw]\]", expr)]
+    assert not fixed, f"hard-coded ranges instead of $__rate_interval: {fixed}"
+    assert all("$__rate_interval" in expr for _, expr in targets if "rate(" in expr)
+    titles = " ".join(title.lower() for title, _ in targets)
+    for topic in ("expired", "late", "dead letters", "queue depth"):
+        assert topic in titles, f"no panel for {topic}"
+
+
+def test_compose_prometheus_scrapes_every_role_on_all_addresses() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    roles = {name for name, service in compose["services"].items()
+             if (service.get("command") or [None])[0] == "run"}
+    assert {"align", "route", "worker", "worker-text"} <= roles
+    config = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    scraped = {name for job in config["scrape_configs"] for sd in job.get("dns_sd_configs", [])
+               for name in sd["names"]}
+    assert roles <= scraped, f"not scraped: {roles - scraped}"
+    anchor = compose["x-lockstep"]["environment"]
+    assert anchor["LOCKSTEP_METRICS__HOST"] == "0.0.0.0"
+    assert "LOCKSTEP_METRICS__HOST=0.0.0.0" in (DOCKER / "Dockerfile").read_text()
