@@ -1,17 +1,17 @@
 """Optional CPU perception on generated media: OCR reads drawn captions, ASR hears speech.
 
-Runs only where the extras are installed (``.[asr]``, ``.[ocr]``); the ASR test also needs
-espeak-ng to synthesise the speech it listens to.
+The ``.[asr]`` and ``.[ocr]`` extras come with ``.[dev]``. The ASR test listens to
+tests/fixtures/emergency-stop.wav: "emergency stop" spoken by espeak-ng 1.51
+(``espeak-ng -s 140``), 16 kHz mono 16-bit PCM, made once and committed so that the test
+needs no speech synthesiser.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
+import wave
 from pathlib import Path
 
-import av
-import numpy as np
 import pytest
 
 from lockstep.errors import ConfigError
@@ -51,19 +51,18 @@ def test_ocr_reads_the_captions_drawn_into_sampled_frames(tmp_path: Path) -> Non
         assert abs(w - tw) < 0.1 and abs(h - th) < 0.1
 
 
-def _speech(text: str, directory: Path) -> bytes:
-    wav = directory / "speech.wav"
-    subprocess.run(["espeak-ng", "-s", "140", "-w", str(wav), text], check=True)
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=16_000)
-    with av.open(str(wav), "r") as container:
-        frames = [out for frame in container.decode(audio=0)
-                  for out in resampler.resample(frame)]
-    return b"".join(np.asarray(f.to_ndarray()).reshape(-1).astype("<i2").tobytes()
-                    for f in frames)
+SPEECH = Path(__file__).resolve().parents[1] / "fixtures" / "emergency-stop.wav"
+
+
+def _speech(path: Path) -> bytes:
+    """16 kHz mono 16-bit PCM of a WAV file."""
+    with wave.open(str(path), "rb") as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (16_000, 1, 2)
+        return wav.readframes(wav.getnframes())
 
 
 def test_asr_puts_the_recognised_utterance_on_the_chunk_that_ends_it(tmp_path: Path) -> None:
-    speech = _speech("emergency stop", tmp_path)
+    speech = _speech(SPEECH)
     truth = write_media(tmp_path, SynthSpec(seconds=3.0, tone_hz=0.0, speech=speech,
                                             speech_at_s=0.5))
     grammar = tmp_path / "commands.gram"
