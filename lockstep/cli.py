@@ -22,6 +22,7 @@ from lockstep.clikit import (
 )
 from lockstep.errors import RoleCrashed
 from lockstep.io_commands import publish, subscribe
+from lockstep.logfilter import route_client_logs
 
 
 @click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -39,6 +40,8 @@ def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
     """
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Kafka clients log every failed reconnect: quiet and rate-limited, even in a long outage.
+    route_client_logs()
     ctx.obj = {"config": config}
 
 
@@ -108,14 +111,19 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
               help="Port for /metrics (default: LOCKSTEP_METRICS__PORT, else the first "
                    "role's: align 9464, route 9465, worker 9466 + the pool's place in "
                    "topics.pools; 0: any free port).")
+@click.option("--group", "group_prefix", default=None, metavar="PREFIX",
+              help="Consumer group prefix (default: LOCKSTEP_APP_ID, lockstep): the groups "
+                   "are PREFIX-align, PREFIX-route and PREFIX-worker-POOL.")
 @click.pass_context
 def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
-        create_topics: bool, metrics_port: int | None) -> None:
+        create_topics: bool, metrics_port: int | None, group_prefix: str | None) -> None:
     """Run agent roles against a Kafka cluster until SIGINT/SIGTERM.
 
-    Processes running the same roles share a consumer group and split the partitions:
-    start more of them to scale a role. Exits 1 if a role crashes (its unacknowledged
-    records are then replayed by the next process of the group).
+    Each role has its own consumer group (lockstep-align, lockstep-route,
+    lockstep-worker-POOL), whatever else runs in the process: processes running a role
+    share its group and split its partitions, so start more of them to scale a role.
+    Waits for the cluster if it is not up yet. Exits 1 if a role crashes (its
+    unacknowledged records are then replayed by the next process of the group).
     """
     from lockstep.runner import parse_roles, pools_in, prepare_topics, routed_pools, start_roles
     from lockstep.streams.telemetry import Telemetry
@@ -124,7 +132,8 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
         [*pools_in(roles), *(p.strip() for p in (pool or "").split(",") if p.strip())]))
     settings = settings_for(
         ctx, kafka=kafka_overrides(bootstrap), worker={"pool": pools[0]} if pools else {},
-        metrics={"port": metrics_port} if metrics_port is not None else {})
+        metrics={"port": metrics_port} if metrics_port is not None else {},
+        **({"app_id": group_prefix} if group_prefix else {}))
     role_list = parse_roles(roles)
     settings.kafka.require_bootstrap()
     if not pools and "route" in role_list:
@@ -140,7 +149,8 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
             click.echo(f"metrics on http://{host}:{port}/metrics", err=True)
         await prepare_topics(settings, create=create_topics)
         running = await start_roles(settings, role_list, telemetry, worker_pools=pools or None)
-        click.echo(f"running {','.join(role_list)} as group {running.app.conf.id}", err=True)
+        click.echo(f"running {','.join(role_list)} in groups {', '.join(running.groups)}",
+                   err=True)
         try:
             await until_signalled(running.wait_crashed)
         finally:

@@ -17,7 +17,7 @@ from lockstep.streams.settings import Settings, load_settings
 T = TypeVar("T")
 
 
-def settings_for(ctx: click.Context, **sections: dict[str, Any]) -> Settings:
+def settings_for(ctx: click.Context, **sections: Any) -> Settings:
     """Settings from --config and the environment, with this command's flags on top."""
     return load_settings(ctx.obj["config"], **{k: v for k, v in sections.items() if v})
 

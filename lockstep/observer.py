@@ -10,41 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lockstep.errors import BadInput
-from lockstep.streams.aligner import TokenKey
+from lockstep.agents.wait import topic_partitions, wait_for_broker
+from lockstep.ledger import Ledger
 from lockstep.streams.settings import KafkaSettings
 from lockstep.topics import catalog
-from lockstep.topics.admin import admin_client, wait_for_partitions
-from lockstep.topics.codec import decode
-from lockstep.topics.schemas import DeadLetter, LateToken, Response, Window
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Ledger:
-    """Where tokens and windows ended up, deduplicated on their idempotency keys."""
-
-    windows: dict[tuple[str, int], Window] = field(default_factory=dict)
-    responses: dict[tuple[str, int], Response] = field(default_factory=dict)
-    in_windows: set[TokenKey] = field(default_factory=set)
-    late: set[TokenKey] = field(default_factory=set)
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    duplicates: Counter[str] = field(default_factory=Counter)
-
-    def unaccounted(self, published: set[TokenKey]) -> set[TokenKey]:
-        """Published tokens in no window and no late record."""
-        return published - self.in_windows - self.late
-
-    def unanswered(self) -> set[tuple[str, int]]:
-        """Windows with no response."""
-        return set(self.windows) - set(self.responses)
 
 
 class Observer:
@@ -59,7 +34,8 @@ class Observer:
         self._response_topic = response_topic
         self._consumer = AIOKafkaConsumer(
             **kafka.aiokafka_options(), enable_auto_commit=False, group_id=None,
-            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            # Bookkeeping, not the pipeline: no need to poll a holding broker every few ms.
+            fetch_max_wait_ms=max(kafka.fetch_max_wait_ms, 50),
             max_partition_fetch_bytes=kafka.max_record_bytes)
         self._task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
@@ -71,7 +47,7 @@ class Observer:
             BrokerError: A watched topic does not exist after ``timeout_s``.
         """
         consumer = self._consumer
-        await consumer.start()
+        await wait_for_broker(consumer.start, self._kafka, what="observer", timeout_s=timeout_s)
         try:
             partitions = await self._partitions(timeout_s)
             consumer.assign(partitions)
@@ -84,9 +60,8 @@ class Observer:
         self._task = asyncio.create_task(self._run(), name="lockstep.observer")
 
     async def _partitions(self, timeout_s: float) -> list[TopicPartition]:
-        admin = admin_client(self._kafka.confluent_config())
-        counts = await asyncio.to_thread(wait_for_partitions, admin, self._topics, timeout_s)
-        return [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
+        return [tp for topic in self._topics
+                for tp in await topic_partitions(self._consumer, topic, timeout_s)]
 
     async def stop(self) -> None:
         """Stop reading."""
@@ -106,27 +81,5 @@ class Observer:
 
     def _add(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         stream_id = key.decode(errors="replace") if key else ""
-        if not self._keep(stream_id):
-            return
-        try:
-            record = decode(value)
-        except BadInput as error:
-            log.warning("undecodable record on %s: %s", topic, error.reason)
-            return
-        ledger = self.ledger
-        if isinstance(record, Window):
-            wkey = (record.stream_id, record.window_seq)
-            if wkey in ledger.windows:
-                ledger.duplicates["window"] += 1
-            ledger.windows[wkey] = record
-            for modality, seqs in record.members.items():
-                ledger.in_windows.update(TokenKey(record.stream_id, modality, s) for s in seqs)
-        elif isinstance(record, Response):
-            rkey = (record.stream_id, record.window_seq)
-            if rkey in ledger.responses:
-                ledger.duplicates["response"] += 1
-            ledger.responses[rkey] = record
-        elif isinstance(record, LateToken):
-            ledger.late.add(TokenKey(record.stream_id, record.modality, record.seq))
-        elif isinstance(record, DeadLetter):
-            ledger.dead_letters.append(record)
+        if self._keep(stream_id) and self.ledger.add(value) is None:
+            log.warning("undecodable record on %s", topic)

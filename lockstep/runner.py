@@ -8,13 +8,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import faust
+from aiokafka import AIOKafkaProducer
 
-from lockstep.agents import align, route, slo, worker
+from lockstep.agents.align import AlignAgent
 from lockstep.agents.lag import LagExporter
+from lockstep.agents.outbox import Outbox
+from lockstep.agents.route import RouteAgent
+from lockstep.agents.slo import SloListener, SloTask
+from lockstep.agents.source import RoleConsumer
+from lockstep.agents.wait import wait_for_broker
+from lockstep.agents.worker import WorkerAgent
 from lockstep.errors import BrokerError, ConfigError
-from lockstep.streams.app import ROLES, create_app
-from lockstep.streams.settings import Settings
+from lockstep.streams.app import ROLES, LockstepApp, create_app, group_id
+from lockstep.streams.settings import KafkaSettings, Settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics.admin import admin_client, ensure_topics, verify_topics
 from lockstep.topics.catalog import ALIGNED, MEDIA, catalog, requests_topic
@@ -95,43 +101,53 @@ async def prepare_topics(settings: Settings, *, create: bool, wait_s: float = 30
 class RoleSet:
     """The running roles of this process."""
 
-    app: faust.App
+    app: LockstepApp
     roles: list[str]
     telemetry: Telemetry
-    workers: list[worker.WorkerTask] = field(default_factory=list)
-    aligners: list[align.AlignTask] = field(default_factory=list)
-    routers: list[route.RouteTask] = field(default_factory=list)
-    slo_task: slo.SloTask | None = None
-    listener: slo.SloListener | None = None
+    outbox: Outbox
+    consumers: list[RoleConsumer] = field(default_factory=list)
+    workers: list[WorkerAgent] = field(default_factory=list)
+    aligners: list[AlignAgent] = field(default_factory=list)
+    routers: list[RouteAgent] = field(default_factory=list)
+    slo_task: SloTask | None = None
+    listener: SloListener | None = None
     lag: LagExporter | None = None
+
+    @property
+    def groups(self) -> list[str]:
+        """The consumer groups this process is a member of."""
+        return [c.group for c in self.consumers]
 
     @property
     def crash_reason(self) -> BaseException | None:
         """Why the roles crashed, or None while they run."""
-        return self.app.crash_reason if self.app.crashed else None
+        for service in (self.app, *self.consumers):
+            if service.crashed:
+                return service.crash_reason or RuntimeError(f"{service.label} crashed")
+        return None
 
     async def wait_crashed(self, poll_s: float = 0.2) -> BaseException:
-        """Return once an agent has crashed the app, with the reason."""
+        """Return once a role has crashed, with the reason."""
         # mode's Service exposes a crashed flag, not a public event to await.
         while (reason := self.crash_reason) is None:  # noqa: ASYNC110
             await asyncio.sleep(poll_s)
         return reason
 
     async def wait_assigned(self, timeout_s: float = 30.0) -> bool:
-        """Wait until the group has assigned partitions to this process (a join takes seconds).
+        """Wait until every role's group has assigned partitions here (a join takes seconds).
 
         Returns:
-            False if nothing was assigned within ``timeout_s``.
+            False if some role got nothing within ``timeout_s``.
         """
-        deadline = time.monotonic() + timeout_s
-        while not self.app.consumer.assignment():
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.05)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(c.assigned.wait() for c in self.consumers)),
+                                   timeout_s)
+        except TimeoutError:
+            return False
         return True
 
     async def stop(self) -> None:
-        """Stop consuming, flush the producer, release engines."""
+        """Stop consuming (committing what is acknowledged), flush the producer, release engines."""
         try:
             if self.lag is not None:
                 await self.lag.stop()
@@ -139,53 +155,90 @@ class RoleSet:
                 await self.listener.stop()
             await self.app.stop()
         finally:
-            for task in self.workers:
-                await task.close()
+            try:
+                await self.outbox.stop()
+            finally:
+                for agent in self.workers:
+                    await agent.close()
+
+
+def producer(kafka: KafkaSettings) -> AIOKafkaProducer:
+    """The process's producer: 1 MB batches, a short linger, every replica acknowledges."""
+    return AIOKafkaProducer(
+        **kafka.aiokafka_options(), acks="all", linger_ms=2, max_batch_size=1_048_576,
+        max_request_size=kafka.max_record_bytes, request_timeout_ms=30_000)
 
 
 async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telemetry,
-                      worker_pools: Sequence[str] | None = None) -> RoleSet:
-    """Build the app for ``roles``, register their agents and start consuming.
+                      worker_pools: Sequence[str] | None = None, *,
+                      connect_timeout_s: float | None = None) -> RoleSet:
+    """Start ``roles`` in this process, each in its own consumer group.
 
     Args:
         settings: Process settings.
         roles: Roles to run.
         telemetry: Where the agents report.
         worker_pools: Pools whose worker runs here (default: ``worker.pool`` alone).
+        connect_timeout_s: How long to wait for the cluster (None: as long as it takes).
     """
-    pools = list(worker_pools or [settings.worker.pool])
-    app = create_app(settings, roles, pools)
-    running = RoleSet(app, list(roles), telemetry)
-    running.slo_task = slo.register(app, settings, telemetry)
+    pools = sorted(dict.fromkeys(worker_pools or [settings.worker.pool]))
+    kafka = settings.kafka
+    app = create_app(settings, settings.app_id)
+    outbox = Outbox(producer(kafka), kafka.max_record_bytes)
+    await wait_for_broker(outbox.start, kafka, what="producer", timeout_s=connect_timeout_s)
+    running = RoleSet(app, list(roles), telemetry, outbox)
+    try:
+        await _build(running, settings, pools)
+        await app.start()
+    except BaseException:
+        await running.stop()
+        raise
+    consumed = {c.group: c.topics for c in running.consumers}
+    running.lag = LagExporter(kafka, telemetry, consumed)
+    running.lag.start()
+    log.info("roles started", extra={"roles": ",".join(roles), "groups": ",".join(consumed)})
+    return running
+
+
+async def _build(running: RoleSet, settings: Settings, pools: list[str]) -> None:
+    """Create the agents and their consumers, and register them on the app."""
+    app, roles, telemetry, outbox = running.app, running.roles, running.telemetry, running.outbox
+    running.slo_task = slo_task = SloTask(settings, telemetry, outbox, settings.app_id)
+    app.timer(settings.slo.breach.evaluate_ms / 1000.0,
+              name="lockstep.slo.evaluate")(slo_task.on_tick)
+    kafka = settings.kafka
+    reset = settings.kafka.new_group_offset
     if "align" in roles:
-        running.aligners.append(align.register(app, settings, telemetry))
+        aligner = AlignAgent(settings, telemetry, outbox)
+        running.aligners.append(aligner)
+        tick = max(1, min(10, int(settings.align.max_wait_ms / 4)))
+        running.consumers.append(RoleConsumer(
+            kafka, group_id(settings, "align"), list(MEDIA.values()), aligner, outbox,
+            new_group_reset=reset, tick_ms=tick))
     if "route" in roles:
-        running.routers.append(route.register(app, settings, telemetry))
+        router = RouteAgent(settings, telemetry, outbox, routed_pools(settings))
+        running.routers.append(router)
+        running.consumers.append(RoleConsumer(
+            kafka, group_id(settings, "route"), [ALIGNED], router, outbox,
+            new_group_reset=reset, tick_ms=100))
     if "worker" in roles:
         for pool in pools:
             pool_settings = settings.model_copy(
                 update={"worker": settings.worker.model_copy(update={"pool": pool})})
-            running.workers.append(worker.register(app, pool_settings, telemetry))
-    for task in running.workers:
-        await task.start()
+            agent = WorkerAgent(pool_settings, telemetry, outbox)
+            running.workers.append(agent)
+            await agent.start()
+            running.consumers.append(RoleConsumer(
+                kafka, group_id(settings, "worker", pool), [requests_topic(pool)], agent,
+                outbox, new_group_reset=reset, tick_ms=100,
+                max_records=max(1, settings.worker.max_queue // 2)))
     if running.aligners or running.routers:
         # Where windows are made and routed, breach events switch classes to degraded mode.
-        running.listener = slo.SloListener(settings, telemetry)
-        await running.listener.start()
-        for aligner in running.aligners:
-            aligner.degraded = running.listener.degraded
-        for router in running.routers:
-            router.degraded = running.listener.degraded
-    try:
-        await app.start()
-    except BaseException:
-        if running.listener is not None:
-            await running.listener.stop()
-        raise
-    consumed = [*(MEDIA.values() if "align" in roles else ()),
-                *([ALIGNED] if "route" in roles else ()),
-                *(requests_topic(p) for p in (pools if "worker" in roles else ()))]
-    running.lag = LagExporter(settings.kafka, telemetry, app.conf.id, consumed)
-    running.lag.start()
-    log.info("roles started", extra={"roles": ",".join(roles), "group": app.conf.id})
-    return running
+        running.listener = listener = SloListener(settings, telemetry)
+        await listener.start()
+        for a in running.aligners:
+            a.degraded = listener.degraded
+        for r in running.routers:
+            r.degraded = listener.degraded
+    for consumer in running.consumers:
+        app.add_dependency(consumer)

@@ -1,38 +1,49 @@
 """The ``align`` agent: media.* → aligned.windows (late tokens → late, bad ones → deadletter).
 
-Decodes each token, hands it to :class:`~lockstep.streams.aligner.Aligner` and produces what comes
-out. A token's event is acknowledged only when the record that settles it (its window, its
-late record or its dead letter) is acknowledged by the broker, so a crash replays every
-token whose window was not yet written. A timer emits windows whose deadline passed.
+Decodes each token of a batch, hands it to :class:`~lockstep.streams.aligner.Aligner` and
+produces what comes out. A token is acknowledged (its offset becomes committable) only
+when the record that settles it — its window, its late record or its dead letter — is
+acknowledged by the broker, so a crash replays every token whose window was not written.
+On takeover the windows, late records and dead letters the previous owner wrote are read
+back (:mod:`lockstep.streams.replay`): tokens they settled are not settled again, and the
+aligner resumes each stream where its windows ended, so a key is never written twice.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-import faust
-from faust.types import TP, EventT, StreamT
+import msgpack
+from aiokafka import TopicPartition
 
-from lockstep.agents.outbox import Outbox, wall_us
+from lockstep.agents.outbox import Outbox, fit_late, send_dead_letter
+from lockstep.agents.readback import Output, partition_of
+from lockstep.agents.source import Record, RoleConsumer
 from lockstep.errors import BadInput, DecodeError
-from lockstep.streams.aligner import Aligner, AlignOutput, TokenKey
+from lockstep.streams.aligner import HOP_BASE, Aligner, TokenKey
 from lockstep.streams.rate import RateController, effective_fps
+from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
-from lockstep.topics.codec import TOKEN_KINDS, decode, peek_kind
-from lockstep.topics.schemas import Modality, Token
+from lockstep.topics.codec import HEADER_SIZE, TOKEN_KINDS, Kind, decode, peek_kind
+from lockstep.topics.schemas import LateToken, Modality, Token, Window
 
 log = logging.getLogger(__name__)
 STAGE = "align"
+#: (partition, offset, record value) of a buffered token, by its ledger key.
+Pending = tuple[TopicPartition, int, bytes | None]
 
 
-class AlignTask:
-    """State of the align role in one process: the operator and the unacknowledged events."""
+class AlignAgent:
+    """The align role in one process: the operator, the buffered tokens, the rate control."""
 
-    def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
+    stage = STAGE
+    outputs: tuple[str, ...] = (catalog.ALIGNED, catalog.LATE, catalog.DEADLETTER)
+
+    def __init__(self, settings: Settings, telemetry: Telemetry, outbox: Outbox) -> None:
         slo = settings.slo
         self.aligner = Aligner(settings.align, slo.class_of)
         self.rate = RateController(
@@ -45,91 +56,161 @@ class AlignTask:
         #: degraded, windows are sampled down to one per ``slo.breach.degraded_stride`` frames.
         self.degraded: Callable[[str], bool] = lambda slo_class: False
         self.degraded_stride = slo.breach.degraded_stride
-        self._reported_us = 0
-        self.outbox = Outbox(app, STAGE)
+        self.outbox = outbox
         self.telemetry = telemetry
         self.max_bytes = settings.kafka.max_record_bytes
-        self.pending: dict[TokenKey, EventT[bytes]] = {}
-        self.partition_of: dict[str, int] = {}
-        self.app = app
-        self.read: dict[TP, int] = {}
+        self.pending: dict[TokenKey, Pending] = {}
+        self.read: dict[TopicPartition, int] = {}
         self.catchup_records = settings.align.catchup_records
         self.catchup_s = settings.align.catchup_lag_ms / 1000.0
         self.oldest_read_s = 0.0  # largest transport lag read since the last tick
         self.behind_at_us = 0  # when the task was last seen behind
+        self._reported_us = 0
+        self._source: RoleConsumer | None = None
+        self._replay: ReplayGuard[TopicPartition] = ReplayGuard()
+        self._tps: dict[tuple[str, int], TopicPartition] = {}
+        self._slo = slo
+        self._stale_factor = settings.align.stale_after_budgets
+        self._stale: dict[str, int] = {}
 
-    async def on_event(self, event: EventT[bytes]) -> None:
-        """Decode and align one media record."""
+    def bind(self, consumer: RoleConsumer) -> None:
+        """Take the consumer whose records this agent acknowledges."""
+        self._source = consumer
+
+    @property
+    def source(self) -> RoleConsumer:
+        """The consumer (bound before start)."""
+        assert self._source is not None, "bind() first"
+        return self._source
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def on_assigned(self, partitions: Sequence[TopicPartition],
+                          replay: ReplayGuard[TopicPartition], outputs: Iterable[Output]) -> None:
+        """Learn what the previous owner settled; resume its streams where they ended."""
+        self._replay = replay
+        for out in outputs:
+            _settle(replay, out)
+        for stream_id, resume in replay.resume.items():
+            self.aligner.resume(stream_id, resume.closed_end_us, resume.last_window_seq)
+        if replay.until:
+            log.info("taking over %d media partitions: %d tokens and %d dead letters already "
+                     "settled, %d streams resumed", len(partitions), len(replay.tokens),
+                     len(replay.dead), len(replay.resume), extra={"stage": STAGE})
+
+    async def on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        """Forget streams of revoked partitions; their unacknowledged tokens replay elsewhere."""
+        media = [tp for tp in partitions if tp.topic in catalog.MODALITY_OF_TOPIC]
+        if not media:
+            return
+        lost = {tp.partition for tp in media}
+        count = len(self.source.consumer.partitions_for_topic(media[0].topic) or ())
+        streams = {s for s in self.aligner.streams()
+                   if count and partition_of(s.encode(), count) in lost}
+        self.aligner.forget(streams)
+        for key in [k for k in self.pending if k.stream_id in streams]:
+            del self.pending[key]
+        for tp in media:
+            self.read.pop(tp, None)
+        self._replay.drop(media)
+        log.info("forgot %d streams of revoked partitions", len(streams),
+                 extra={"stage": STAGE})
+
+    # -- records -----------------------------------------------------------------------
+
+    async def on_batch(self, records: Sequence[Record], now_us: int) -> None:
+        """Decode and align a batch of media records."""
         self.outbox.raise_if_failed()
-        now = wall_us()
-        message = event.message
-        self.read[message.tp] = message.offset
-        transport_s = max(0.0, now / 1e6 - message.timestamp)
-        self.oldest_read_s = max(self.oldest_read_s, transport_s)
-        if transport_s > self.catchup_s:
-            self.behind_at_us = now
+        now_s = now_us / 1e6
+        stage = self.telemetry.stage
+        oldest = self.oldest_read_s
+        for record in records:
+            tp = self._tp(record.topic, record.partition)
+            self.read[tp] = record.offset
+            transport_s = now_s - record.timestamp / 1000.0
+            if transport_s > oldest:
+                oldest = transport_s
+            stage("transport", transport_s if transport_s > 0 else 0.0)
+            await self._one(tp, record, now_us)
+            if self._replay.until:
+                self._replay.passed(tp, record.offset + 1)
+        self.oldest_read_s = oldest
+        if oldest > self.catchup_s:
+            self.behind_at_us = now_us
             self.aligner.catching_up = True  # at once: a fetch can hold seconds of backlog
-        self.telemetry.stage("transport", transport_s)
+
+    async def _one(self, tp: TopicPartition, record: Record, now_us: int) -> None:
+        replay = self._replay
+        guarded = bool(replay.until) and replay.guards(tp, record.offset)
+        if guarded and (tp.topic, tp.partition, record.offset) in replay.dead:
+            self._ack(tp, record.offset)
+            self.telemetry.token(_modality_label(tp.topic), "replayed")
+            return
         try:
-            token = self._decode(message.topic, message.key, event.value)
+            token = self._decode(tp.topic, record.key, record.value)
         except BadInput as error:
-            self.telemetry.token(_modality_label(message.topic), "deadletter")
-            await self.outbox.dead_letter(event, error)
+            self.telemetry.token(_modality_label(tp.topic), "deadletter")
+            await self._dead_letter(tp, record, error)
             return
         key = TokenKey(token.stream_id, token.modality, token.seq)
-        out = self.aligner.add(token, now, raw=event.value)
+        if guarded and key in replay.tokens:
+            self._ack(tp, record.offset)
+            self.telemetry.token(token.modality, "replayed")
+            return
+        stale_us = self._stale_us(token.stream_id)
+        if stale_us and now_us - token.t_us > stale_us:
+            await self._late(LateToken(
+                stream_id=token.stream_id, modality=token.modality, seq=token.seq,
+                t_us=token.t_us, watermark_us=now_us - stale_us, at_us=now_us,
+                value_size=len(record.value or b""),
+                reason=f"stale: read {(now_us - token.t_us) / 1000:.0f} ms after capture, "
+                       f"past the {stale_us / 1000:.0f} ms its window could wait"),
+                [(tp, record.offset)])
+            return
+        out = self.aligner.add(token, now_us, raw=record.value)
         if key in out.duplicates:
             self.telemetry.token(token.modality, "duplicate")
-            event.ack()
+            self._ack(tp, record.offset)
         elif out.rejected:
             self.telemetry.token(token.modality, "deadletter")
-            await self.outbox.dead_letter(event, BadInput(out.rejected[0].reason))
+            await self._dead_letter(tp, record, BadInput(out.rejected[0].reason))
         elif out.late:
-            self.telemetry.token(token.modality, "late")
-            await self.outbox.send(catalog.LATE, token.stream_id.encode(), out.late[0],
-                                   ack=[event])
+            await self._late(out.late[0], [(tp, record.offset)])
         else:
-            self.pending[key] = event
-            self.partition_of[token.stream_id] = message.partition
-        await self.emit(out)
+            self.pending[key] = (tp, record.offset, record.value)
+        if out.windows:
+            await self.emit(out.windows)
 
-    async def on_tick(self) -> None:
+    async def on_tick(self, now_us: int) -> None:
         """Emit the windows whose wait deadline has passed."""
         self.outbox.raise_if_failed()
-        now = wall_us()
         # Behind the log end by many records, or reading records produced long ago: a
         # backlog, which arrives topic by topic. It is over once neither has held for a
         # while (fetches come in bursts; between two, the signs can look clear).
         if self.backlog() > self.catchup_records or self.oldest_read_s > self.catchup_s:
-            self.behind_at_us = now
-        self.aligner.catching_up = now - self.behind_at_us < 500_000
+            self.behind_at_us = now_us
+        self.aligner.catching_up = now_us - self.behind_at_us < 500_000
         self.oldest_read_s = 0.0
-        await self.emit(self.aligner.poll(now))
-        if now - self._reported_us > 1_000_000:
-            self._reported_us = now
+        out = self.aligner.poll(now_us)
+        if out.windows:
+            await self.emit(out.windows)
+        if now_us - self._reported_us > 1_000_000:
+            self._reported_us = now_us
             self.report_clocks()
 
     def backlog(self) -> int:
         """Records between what this task read and the log end, worst media partition.
 
-        Read positions, not committed offsets: ``lockstep_consumer_lag`` (lockstep.agents.lag) is
-        the committed lag.
+        Read positions, not committed offsets: ``lockstep_consumer_lag`` is the committed lag.
         """
-        consumer = self.app.consumer
+        consumer = self.source.consumer
         per_topic: dict[str, int] = {}
-        for tp in consumer.assignment():
-            if tp.topic not in catalog.MODALITY_OF_TOPIC:
-                continue
+        for tp, read in self.read.items():
             try:
                 end = consumer.highwater(tp)
-            except AssertionError:  # aiokafka asserts assignment; a rebalance is under way
+            except (AssertionError, KeyError):  # not assigned any more (a rebalance)
                 continue
             if end is None:  # no fetch has answered for it yet
-                continue
-            read = self.read.get(tp)
-            if read is None:
-                # Nothing read from it yet: its position is unknown here (it may sit at a
-                # committed offset with nothing new). Old records, once read, still tell.
                 continue
             behind = max(0, end - (read + 1))
             per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
@@ -156,15 +237,15 @@ class AlignTask:
             if jitter:
                 self.telemetry.clock_jitter.labels(m.value).set(sum(jitter) / len(jitter) / 1000)
 
-    async def emit(self, out: AlignOutput) -> None:
-        """Produce the windows of an aligner output, acknowledging their tokens on delivery."""
-        for window in out.windows:
-            events = []
+    async def emit(self, windows: list[Window]) -> None:
+        """Produce windows, acknowledging their tokens once each window is acknowledged."""
+        for window in windows:
+            members: list[Pending] = []
             for modality, seqs in window.members.items():
                 for seq in seqs:
-                    event = self.pending.pop(TokenKey(window.stream_id, modality, seq), None)
-                    if event is not None:
-                        events.append(event)
+                    entry = self.pending.pop(TokenKey(window.stream_id, modality, seq), None)
+                    if entry is not None:
+                        members.append(entry)
                 self.telemetry.token(modality, "window", len(seqs))
             timeline = window.timeline
             held = timeline.aligned_us - timeline.ingest_us
@@ -172,24 +253,59 @@ class AlignTask:
             spent = timeline.aligned_us - timeline.capture_us
             self.rate.floor = self.degraded_stride if self.degraded(window.slo_class) else 1
             self.aligner.stride = self.rate.observe(spent / self.risk_budget_us)
-            await self.outbox.send(catalog.ALIGNED, window.stream_id.encode(), window,
-                                   ack=events)
+            try:
+                await self.outbox.send_record(catalog.ALIGNED, window.stream_id.encode(),
+                                              window, self._acker(members))
+            except BadInput as error:
+                # A window over the record limit (a frame near it): its tokens are
+                # dead-lettered, each with the reason, rather than lost.
+                for tp, offset, value in members:
+                    await send_dead_letter(
+                        self.outbox, stage=STAGE, topic=tp.topic, partition=tp.partition,
+                        offset=offset, key=window.stream_id.encode(), value=value,
+                        error=BadInput(f"its window {error.reason}"),
+                        on_ack=self._acker([(tp, offset, None)]))
 
-    def on_revoked(self, revoked: set[TP]) -> None:
-        """Forget streams of revoked partitions; their unacknowledged tokens replay elsewhere."""
-        lost = {tp.partition for tp in revoked if tp.topic in catalog.MODALITY_OF_TOPIC}
-        streams = {s for s, p in self.partition_of.items() if p in lost}
-        if not streams:
-            return
-        self.aligner.forget(streams)
-        for key in [k for k in self.pending if k.stream_id in streams]:
-            del self.pending[key]
-        for stream_id in streams:
-            del self.partition_of[stream_id]
-        log.info("forgot %d streams of revoked partitions", len(streams),
-                 extra={"stage": STAGE})
+    async def _late(self, late: LateToken, settles: list[tuple[TopicPartition, int]]) -> None:
+        self.telemetry.token(late.modality, "late")
+        await self.outbox.send_record(
+            catalog.LATE, late.stream_id.encode(), fit_late(late, self.max_bytes),
+            self._acker([(tp, o, None) for tp, o in settles]))
 
-    def _decode(self, topic: str, key: object, value: bytes | None) -> Token:
+    async def _dead_letter(self, tp: TopicPartition, record: Record, error: BadInput) -> None:
+        await send_dead_letter(self.outbox, stage=STAGE, topic=tp.topic,
+                               partition=tp.partition, offset=record.offset, key=record.key,
+                               value=record.value, error=error,
+                               on_ack=self._acker([(tp, record.offset, None)]))
+
+    def _stale_us(self, stream_id: str) -> int:
+        """How old a token of ``stream_id`` may be when read (0: any age)."""
+        stale = self._stale.get(stream_id)
+        if stale is None:
+            if len(self._stale) > 100_000:  # bounded, whatever ids the input carries
+                self._stale.clear()
+            budget_ms = self._slo.budget_ms(self._slo.class_of(stream_id))
+            stale = self._stale[stream_id] = int(budget_ms * 1000 * self._stale_factor)
+        return stale
+
+    def _ack(self, tp: TopicPartition, offset: int) -> None:
+        self.source.ack(tp, offset)
+
+    def _acker(self, members: list[Pending]) -> Callable[[], None]:
+        ack = self.source.ack
+
+        def acked() -> None:
+            for tp, offset, _ in members:
+                ack(tp, offset)
+        return acked
+
+    def _tp(self, topic: str, partition: int) -> TopicPartition:
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        return tp
+
+    def _decode(self, topic: str, key: bytes | None, value: bytes | None) -> Token:
         kind = peek_kind(value)
         if kind not in TOKEN_KINDS:
             raise DecodeError(f"a {kind.name.lower()} record is not a media token")
@@ -205,29 +321,29 @@ class AlignTask:
         return token  # type: ignore[return-value]
 
 
+def _settle(replay: ReplayGuard[TopicPartition], out: Output) -> None:
+    """Note one record read back from the align stage's outputs."""
+    try:
+        kind = peek_kind(out.value)
+        body: Any = msgpack.unpackb(out.value[HEADER_SIZE:])  # type: ignore[index]
+    except (BadInput, ValueError, msgpack.UnpackException):
+        return  # not ours: whoever wrote it, it settles nothing
+    if not isinstance(body, dict):
+        return
+    try:
+        if kind is Kind.WINDOW and out.topic == catalog.ALIGNED:
+            replay.add_window(body["stream_id"], int(body["window_seq"]), int(body["t_end_us"]),
+                              body["members"], HOP_BASE)
+        elif kind is Kind.LATE and out.topic == catalog.LATE:
+            replay.tokens.add(TokenKey(body["stream_id"], Modality(body["modality"]),
+                                       int(body["seq"])))
+        elif kind is Kind.DEADLETTER and body.get("stage") == STAGE:
+            replay.dead.add((body["topic"], int(body["partition"]), int(body["offset"])))
+    except (KeyError, TypeError, ValueError):
+        log.info("a record read back from %s does not parse; ignored", out.topic,
+                 extra={"stage": STAGE, "topic": out.topic})
+
+
 def _modality_label(topic: str) -> str:
     modality: Modality | None = catalog.MODALITY_OF_TOPIC.get(topic)
     return modality.value if modality is not None else topic
-
-
-def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> AlignTask:
-    """Register the align agent, its deadline timer and its rebalance hook on ``app``."""
-    task = AlignTask(app, settings, telemetry)
-    media = app.topic(*catalog.MEDIA.values(), key_serializer="raw", value_serializer="raw")
-    tick_s = max(0.001, min(0.01, settings.align.max_wait_ms / 4000.0))
-
-    @app.agent(media, name="lockstep.align")
-    async def align(stream: StreamT[bytes]) -> None:
-        async for event in cast(faust.Stream[bytes], stream).noack().events():
-            await task.on_event(event)
-
-    @app.timer(tick_s, name="lockstep.align.deadlines")  # type: ignore[untyped-decorator]
-    async def deadlines() -> None:
-        await task.on_tick()
-
-    @app.on_partitions_revoked.connect
-    async def revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        # Faust sends the revoked set as the first argument after the sender.
-        task.on_revoked(set(args[0]) if args else set())
-
-    return task

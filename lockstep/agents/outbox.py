@@ -1,29 +1,46 @@
-"""Producing from agents with acknowledgement chaining, and dead-letter records.
+"""Producing from agents: delivery callbacks, retries through broker outages, dead letters.
 
-An input event is acknowledged to Faust (and so becomes committable) only once every
-record produced from it has been acknowledged by the broker. A failed produce leaves the
-event unacknowledged — its offset is never committed past — and fails the agent, which
-the worker's supervisor restarts; the record is then replayed.
+An agent hands every record it produces to an :class:`Outbox` with the acknowledgement of
+the input records it settles (``on_ack``). The callback runs only once the broker has the
+record; until then the inputs stay unacknowledged and their offsets uncommitted
+(:mod:`lockstep.streams.offsets`). A delivery that fails for a reason a retry can fix
+(broker restarting, leader moving, timeout) is sent again with backoff, as long as it
+takes: nothing is dropped, and an outage is logged once per interval, not per record. A
+failure no retry can fix fails the role (:meth:`Outbox.raise_if_failed`), which leaves
+its inputs for the next owner of the partitions.
+
+Dead letters and late records always fit the topic: a payload too large is truncated and
+identified by its size and SHA-256 (:func:`fit_payload`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
-import faust
-from faust.types import EventT
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import BaseModel
 
 from lockstep.errors import BadInput, BrokerError
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
-from lockstep.topics.schemas import DeadLetter
+from lockstep.topics.schemas import DeadLetter, LateToken
 
 log = logging.getLogger(__name__)
+
+#: Room left in a dead letter or late record for everything but the payload.
+ENVELOPE_BYTES = 16 * 1024
+#: Longest payload a dead letter carries whole (the rest is identified by size and hash).
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_KEY_BYTES = 1024
+MAX_REASON_CHARS = 2000
+#: What a record adds to its value and key in a batch; the broker's limit is on the batch.
+RECORD_OVERHEAD = 512
 
 
 def wall_us() -> int:
@@ -31,68 +48,207 @@ def wall_us() -> int:
     return time.time_ns() // 1000
 
 
-class Outbox:
-    """Sends wire records through the app's producer and acknowledges events on delivery."""
+def fit_payload(value: bytes | None, max_record_bytes: int) -> tuple[bytes | None, int, str, bool]:
+    """A payload cut to fit a side-topic record, with the original's size and SHA-256.
 
-    def __init__(self, app: faust.App, stage: str) -> None:
-        self._app = app
-        self.stage = stage
+    Returns:
+        (payload, original size, original SHA-256 hex, truncated)
+    """
+    if value is None:
+        return None, 0, "", False
+    limit = max(0, min(MAX_PAYLOAD_BYTES, max_record_bytes - ENVELOPE_BYTES))
+    digest = hashlib.sha256(value).hexdigest()
+    if len(value) <= limit:
+        return value, len(value), digest, False
+    return value[:limit], len(value), digest, True
+
+
+def dead_letter_record(*, stage: str, topic: str, partition: int, offset: int,
+                       error: BadInput, key: bytes | None, value: bytes | None,
+                       max_record_bytes: int) -> DeadLetter:
+    """The dead letter of one input record; it always fits ``max_record_bytes``."""
+    payload, size, digest, cut = fit_payload(value, max_record_bytes)
+    key_cut = key is not None and len(key) > MAX_KEY_BYTES
+    return DeadLetter(
+        stage=stage, topic=topic, partition=partition, offset=offset,
+        reason=error.reason[:MAX_REASON_CHARS], error=type(error).__name__,
+        key=key[:MAX_KEY_BYTES] if key is not None else None, value=payload, at_us=wall_us(),
+        value_size=size, value_sha256=digest, truncated=cut or key_cut)
+
+
+def fit_late(late: LateToken, max_record_bytes: int) -> LateToken:
+    """A late record whose carried token fits ``max_record_bytes``."""
+    if late.value is None:
+        return late  # it carries no token (a stale one stays in its media topic)
+    payload, size, digest, cut = fit_payload(late.value, max_record_bytes)
+    return late.model_copy(update={"value": payload, "value_size": size,
+                                   "value_sha256": digest, "truncated": cut})
+
+
+class Outbox:
+    """The process's producer, shared by its roles.
+
+    Args:
+        producer: A started-or-not aiokafka producer (:meth:`start` starts it).
+        max_record_bytes: The topics' ``max.message.bytes``.
+        outage_log_s: At most one outage line per this many seconds.
+        max_backoff_s: Longest wait between two attempts of one record.
+    """
+
+    def __init__(self, producer: AIOKafkaProducer, max_record_bytes: int, *,
+                 outage_log_s: float = 10.0, max_backoff_s: float = 5.0) -> None:
+        self._producer = producer
+        self.max_record_bytes = max_record_bytes
+        self._outage_log_s = outage_log_s
+        self._max_backoff_s = max_backoff_s
         self._failure: BaseException | None = None
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._retrying = 0
+        self._outage_since: float | None = None
+        self._outage_logged = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Records handed over and not yet acknowledged (retries included)."""
+        return self._in_flight
+
+    async def start(self) -> None:
+        """Start the producer."""
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        """Stop the producer (records still in flight are flushed first by aiokafka)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._producer.stop()
 
     def raise_if_failed(self) -> None:
-        """Raise the first produce failure, if any (called from the agent loop)."""
+        """Raise the first failure no retry could fix (called from the agent loops)."""
         if self._failure is not None:
-            raise BrokerError(f"{self.stage}: produce failed: {self._failure!r}")
+            raise BrokerError(f"produce failed: {self._failure!r}")
 
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        record: BaseModel,
-        *,
-        ack: Iterable[EventT[bytes]] = (),
-        on_delivered: Callable[[], None] | None = None,
-    ) -> asyncio.Future[Any]:
-        """Produce one record; acknowledge ``ack`` events once the broker has it.
+    async def send(self, topic: str, key: bytes | None, value: bytes,
+                   on_ack: Callable[[], None] | None = None) -> None:
+        """Produce one record; call ``on_ack`` once the broker has it.
 
-        Returns:
-            The delivery future (already carrying the acknowledgement callback).
+        Waits only while the producer's buffer is full (backpressure).
+
+        Raises:
+            BadInput: The record exceeds ``max_record_bytes`` (no retry can fix it).
         """
-        events = list(ack)
-        future = cast(asyncio.Future[Any], await self._app.producer.send(
-            topic, key, encode(record), None, None, None))
+        if len(value) + (len(key) if key else 0) + RECORD_OVERHEAD > self.max_record_bytes:
+            raise BadInput(f"would be a {topic} record of {len(value)} bytes, over the "
+                           f"{self.max_record_bytes}-byte limit")
+        self._in_flight += 1
+        self._idle.clear()
+        await self._attempt(topic, key, value, on_ack, 0)
+
+    async def send_record(self, topic: str, key: bytes | None, record: BaseModel,
+                          on_ack: Callable[[], None] | None = None) -> None:
+        """Encode and produce one wire record (see :meth:`send`)."""
+        await self.send(topic, key, encode(record), on_ack)
+
+    async def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every record handed over is acknowledged; False on timeout."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _attempt(self, topic: str, key: bytes | None, value: bytes,
+                       on_ack: Callable[[], None] | None, tries: int) -> None:
+        try:
+            future = await self._producer.send(topic, value, key=key)
+        except KafkaError as error:
+            self._failed(topic, key, value, on_ack, tries, error)
+            return
 
         def delivered(fut: asyncio.Future[Any]) -> None:
-            if fut.cancelled() or fut.exception() is not None:
-                error = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-                if self._failure is None:
-                    self._failure = error
-                log.error("produce failed, events left unacknowledged",
-                          extra={"stage": self.stage, "topic": topic, "error": repr(error)})
+            if fut.cancelled():
+                self._failed(topic, key, value, on_ack, tries, asyncio.CancelledError())
                 return
-            for event in events:
-                event.ack()
-            if on_delivered is not None:
-                on_delivered()
+            error = fut.exception()
+            if error is not None:
+                self._failed(topic, key, value, on_ack, tries, error)
+                return
+            if self._retrying and tries:
+                self._retrying -= 1
+            self._recovered()
+            self._done()
+            if on_ack is not None:
+                on_ack()
 
         future.add_done_callback(delivered)
-        return future
 
-    async def dead_letter(self, event: EventT[bytes], error: BadInput) -> asyncio.Future[Any]:
-        """Send an event's record to the dead-letter topic with the reason; ack on delivery."""
-        message = event.message
-        record = DeadLetter(
-            stage=self.stage, topic=message.topic, partition=message.partition,
-            offset=message.offset, reason=error.reason, error=type(error).__name__,
-            key=_as_bytes(message.key), value=_as_bytes(message.value), at_us=wall_us(),
-        )
-        log.warning("dead-lettered a record: %s", error.reason, extra={
-            "stage": self.stage, "topic": message.topic, "partition": message.partition,
-            "offset": message.offset})
-        return await self.send(catalog.DEADLETTER, _as_bytes(message.key), record, ack=[event])
+    def _failed(self, topic: str, key: bytes | None, value: bytes,
+                on_ack: Callable[[], None] | None, tries: int, error: BaseException) -> None:
+        if not _retriable(error):
+            if self._failure is None:
+                self._failure = error
+            log.error("produce to %s failed and cannot be retried: %r; its inputs stay "
+                      "unacknowledged", topic, error, extra={"topic": topic})
+            self._done()
+            return
+        if tries == 0:
+            self._retrying += 1
+        self._outage(topic, error)
+        delay = min(self._max_backoff_s, 0.1 * 2 ** min(tries, 8))
+        task = asyncio.get_running_loop().create_task(
+            self._retry(delay, topic, key, value, on_ack, tries + 1))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _retry(self, delay: float, topic: str, key: bytes | None, value: bytes,
+                     on_ack: Callable[[], None] | None, tries: int) -> None:
+        await asyncio.sleep(delay)
+        await self._attempt(topic, key, value, on_ack, tries)
+
+    def _done(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight <= 0:
+            self._in_flight = 0
+            self._idle.set()
+
+    def _outage(self, topic: str, error: BaseException) -> None:
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+        if now - self._outage_logged >= self._outage_log_s:
+            self._outage_logged = now
+            log.warning("cannot produce to %s for %.0f s (%s); %d records waiting to be "
+                        "re-sent", topic, now - self._outage_since, _short(error),
+                        self._retrying, extra={"topic": topic})
+
+    def _recovered(self) -> None:
+        if self._outage_since is not None and not self._retrying:
+            log.warning("producing again after %.1f s", time.monotonic() - self._outage_since)
+            self._outage_since = None
+            self._outage_logged = 0.0
 
 
-def _as_bytes(value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return str(value).encode()
+def _retriable(error: BaseException) -> bool:
+    if isinstance(error, KafkaTimeoutError | asyncio.CancelledError):
+        return True  # delivery timed out (the broker was away): try again
+    return bool(getattr(error, "retriable", False))
+
+
+def _short(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:200]
+
+
+async def send_dead_letter(outbox: Outbox, *, stage: str, topic: str, partition: int,
+                           offset: int, key: bytes | None, value: bytes | None,
+                           error: BadInput, on_ack: Callable[[], None]) -> None:
+    """Send one input record's dead letter (with the reason); ``on_ack`` on delivery."""
+    record = dead_letter_record(stage=stage, topic=topic, partition=partition, offset=offset,
+                                error=error, key=key, value=value,
+                                max_record_bytes=outbox.max_record_bytes)
+    log.info("dead-lettered a record: %s", record.reason, extra={
+        "stage": stage, "topic": topic, "partition": partition, "offset": offset})
+    await outbox.send_record(catalog.DEADLETTER, key[:MAX_KEY_BYTES] if key else None, record,
+                             on_ack)

@@ -1,19 +1,27 @@
-"""The ``route`` agent: aligned.windows → requests.<pool>.
+"""The ``route`` agent: aligned.windows → requests.<pool> (or a response for drops).
 
-Decodes each window, asks :class:`~lockstep.streams.router.Router` for the request and produces it;
-the window's event is acknowledged when the request is.
+Decodes each window of a batch, asks :class:`~lockstep.streams.router.Router` for the
+request and produces it; the window is acknowledged when the request is. A window that
+reaches route already past its deadline is answered at once (status ``expired``, detail
+``stale``) instead of queueing work no engine can finish in time; a window with nothing
+usable is answered ``dropped``: every window gets exactly one answer. On takeover, the
+requests and responses the previous owner wrote are read back so a replayed window is not
+routed twice (:mod:`lockstep.streams.replay`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
+import logging
+from collections.abc import Callable, Iterable, Sequence
 
-import faust
-from faust.types import EventT, StreamT
+from aiokafka import TopicPartition
 
-from lockstep.agents.outbox import Outbox, wall_us
+from lockstep.agents.outbox import Outbox, send_dead_letter, wall_us
+from lockstep.agents.readback import Output
+from lockstep.agents.replaykeys import settle_keys
+from lockstep.agents.source import Record, RoleConsumer
 from lockstep.errors import BadInput
+from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.router import Router
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
@@ -21,58 +29,125 @@ from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as
 from lockstep.topics.schemas import Response, Window
 
+log = logging.getLogger(__name__)
 STAGE = "route"
 
 
-class RouteTask:
-    """State of the route role in one process."""
+class RouteAgent:
+    """The route role in one process."""
 
-    def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
+    stage = STAGE
+
+    def __init__(self, settings: Settings, telemetry: Telemetry, outbox: Outbox,
+                 pools: Sequence[str]) -> None:
         self.router = Router(settings.route, settings.slo)
-        self.outbox = Outbox(app, STAGE)
+        self.slo = settings.slo
+        self.outbox = outbox
         self.telemetry = telemetry
         self.max_bytes = settings.kafka.max_record_bytes
+        self.outputs: tuple[str, ...] = (*(catalog.requests_topic(p) for p in pools),
+                                         catalog.RESPONSES, catalog.DEADLETTER)
         self._p99_us = 0.0
         self._p99_at_us = 0
+        self._source: RoleConsumer | None = None
+        self._replay: ReplayGuard[TopicPartition] = ReplayGuard()
         #: Whether an SLO class is in degraded mode (set from slo.events by the runner).
         self.degraded: Callable[[str], bool] = lambda slo_class: False
 
-    async def on_event(self, event: EventT[bytes]) -> None:
-        """Route one window."""
+    def bind(self, consumer: RoleConsumer) -> None:
+        """Take the consumer whose records this agent acknowledges."""
+        self._source = consumer
+
+    async def on_assigned(self, partitions: Sequence[TopicPartition],
+                          replay: ReplayGuard[TopicPartition], outputs: Iterable[Output]) -> None:
+        """Learn which windows the previous owner already routed."""
+        self._replay = replay
+        settle_keys(replay, outputs, STAGE)
+
+    async def on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        """Nothing is buffered per partition: nothing to forget."""
+        self._replay.drop(list(partitions))
+
+    async def on_tick(self, now_us: int) -> None:
+        """Route has no deadlines of its own."""
+
+    async def on_batch(self, records: Sequence[Record], now_us: int) -> None:
+        """Route a batch of windows."""
         self.outbox.raise_if_failed()
+        assert self._source is not None, "bind() first"
+        replay = self._replay
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            await self._one(tp, record, replay)
+            if replay.until:
+                replay.passed(tp, record.offset + 1)
+
+    async def _one(self, tp: TopicPartition, record: Record,
+                   replay: ReplayGuard[TopicPartition]) -> None:
+        assert self._source is not None
+        ack = self._source.ack
+        offset = record.offset
+
+        def acked() -> None:
+            ack(tp, offset)
+
         received = wall_us()
-        try:
-            window = decode_as(Window, event.value, max_bytes=self.max_bytes)
-        except BadInput as error:
-            await self.outbox.dead_letter(event, error)
+        guarded = bool(replay.until) and replay.guards(tp, offset)
+        if guarded and (tp.topic, tp.partition, offset) in replay.dead:
+            acked()
             return
-        contradiction = self.router.contradiction(window)
-        if contradiction is not None:
-            await self.outbox.dead_letter(event, BadInput(f"contradictory window: {contradiction}"))
+        try:
+            window = decode_as(Window, record.value, max_bytes=self.max_bytes)
+            contradiction = self.router.contradiction(window)
+            if contradiction is not None:
+                raise BadInput(f"contradictory window: {contradiction}")
+        except BadInput as error:
+            await send_dead_letter(self.outbox, stage=STAGE, topic=tp.topic,
+                                   partition=tp.partition, offset=offset, key=record.key,
+                                   value=record.value, error=error, on_ack=acked)
+            return
+        key = window.stream_id.encode()
+        if guarded and (window.stream_id, window.window_seq) in replay.keys:
+            acked()
+            return
+        deadline_us = window.timeline.capture_us + int(
+            self.slo.budget_ms(window.slo_class) * 1000)
+        if received >= deadline_us:
+            await self._answer(window, "stale", received, acked, status="expired", detail=(
+                f"stale: reached route {(received - window.timeline.capture_us) / 1000:.1f} ms "
+                f"after capture, past the {window.slo_class} budget of "
+                f"{self.slo.budget_ms(window.slo_class):.0f} ms"))
             return
         routed = self.router.route(window, received, self._downstream_p99_us(received),
                                    degraded=self.degraded(window.slo_class))
         self.telemetry.windows.labels(routed.route).inc()
-        if routed.request is not None and routed.request.token_drop is not None:
-            self.telemetry.token_drop.labels(routed.route).observe(
-                routed.request.token_drop.dropped)
         request = routed.request
+        if request is not None and request.token_drop is not None:
+            self.telemetry.token_drop.labels(routed.route).observe(request.token_drop.dropped)
         pool = request.pool if request is not None else ""
         self.telemetry.stage(STAGE, (wall_us() - received) / 1e6, route=routed.route,
                              pool=pool, slo_class=window.slo_class)
-        key = window.stream_id.encode()
         if request is not None:
-            await self.outbox.send(catalog.requests_topic(pool), key, request, ack=[event])
+            await self.outbox.send_record(catalog.requests_topic(pool), key, request, acked)
             return
         # Nothing usable: the window still gets its answer, so every window has one.
-        dropped = Response(
-            stream_id=window.stream_id, window_seq=window.window_seq, route=routed.route,
+        await self._answer(window, routed.route, received, acked, status="dropped",
+                           reason=routed.reason)
+
+    async def _answer(self, window: Window, route: str, received: int,
+                      acked: Callable[[], None], *, status: str, reason: str = "",
+                      detail: str = "") -> None:
+        response = Response(
+            stream_id=window.stream_id, window_seq=window.window_seq, route=route,
             pool="", engine="none", slo_class=window.slo_class, output="", scores={},
             missing=window.missing, deadline_us=window.timeline.capture_us,
             timeline=window.timeline.model_copy(update={"routed_us": received,
                                                         "responded_us": wall_us()}),
-            status="dropped", reason=routed.reason)
-        await self.outbox.send(catalog.RESPONSES, key, dropped, ack=[event])
+            status=status, reason=reason, detail=detail)  # type: ignore[arg-type]
+        if status == "expired":
+            self.telemetry.expired(slo_class=window.slo_class)
+        await self.outbox.send_record(catalog.RESPONSES, window.stream_id.encode(), response,
+                                      acked)
 
     def _downstream_p99_us(self, now_us: int) -> float:
         """Live P99 of queueing plus inference in this process (0 where they run elsewhere)."""
@@ -81,16 +156,3 @@ class RouteTask:
             self._p99_us = sum(stats[s].p99_ms * 1000 for s in ("queue", "infer") if s in stats)
             self._p99_at_us = now_us
         return self._p99_us
-
-
-def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> RouteTask:
-    """Register the route agent on ``app``."""
-    task = RouteTask(app, settings, telemetry)
-    windows = app.topic(catalog.ALIGNED, key_serializer="raw", value_serializer="raw")
-
-    @app.agent(windows, name="lockstep.route")
-    async def route(stream: StreamT[bytes]) -> None:
-        async for event in cast(faust.Stream[bytes], stream).noack().events():
-            await task.on_event(event)
-
-    return task

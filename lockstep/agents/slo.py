@@ -1,11 +1,12 @@
 """SLO breach events: detection in every process, degraded mode where windows are made.
 
-:class:`SloTask` feeds the process's stage observations to a :class:`~lockstep.streams.slo.SloMonitor`
-and, on a timer, produces a :class:`~lockstep.topics.schemas.SloEvent` to ``slo.events`` for each
-breach raised, re-announced or cleared. :class:`SloListener` reads ``slo.events`` from its
-end without a consumer group (every process sees every event) into a
-:class:`~lockstep.streams.slo.Degradation`, which the align and route roles ask whether a window's
-class is in degraded mode.
+:class:`SloTask` feeds the process's stage observations to a
+:class:`~lockstep.streams.slo.SloMonitor` and, on a timer, produces a
+:class:`~lockstep.topics.schemas.SloEvent` to ``slo.events`` for each breach raised,
+re-announced or cleared. :class:`SloListener` reads ``slo.events`` from its end without a
+consumer group (every process sees every event) into a
+:class:`~lockstep.streams.slo.Degradation`, which the align and route roles ask whether a
+window's class is in degraded mode.
 """
 
 from __future__ import annotations
@@ -15,16 +16,15 @@ import logging
 import os
 import socket
 
-import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from lockstep.agents.outbox import Outbox, wall_us
+from lockstep.agents.wait import topic_partitions, wait_for_broker
 from lockstep.errors import BadInput
 from lockstep.streams.settings import Settings
 from lockstep.streams.slo import BREACH, Degradation, SloMonitor, Transition
 from lockstep.streams.telemetry import Telemetry, monotonic_us
 from lockstep.topics import catalog
-from lockstep.topics.admin import admin_client, wait_for_partitions
 from lockstep.topics.codec import decode_as
 from lockstep.topics.schemas import SloEvent
 
@@ -35,13 +35,14 @@ STAGE = "slo"
 class SloTask:
     """Breach detection over this process's observations."""
 
-    def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
+    def __init__(self, settings: Settings, telemetry: Telemetry, outbox: Outbox,
+                 name: str) -> None:
         slo = settings.slo
         self.monitor = SloMonitor(slo)
         telemetry.watch(self.monitor, {c: slo.budget_tree(c) for c in slo.classes})
         self.telemetry = telemetry
-        self.outbox = Outbox(app, STAGE)
-        self.source = f"{app.conf.id}@{socket.gethostname()}:{os.getpid()}"
+        self.outbox = outbox
+        self.source = f"{name}@{socket.gethostname()}:{os.getpid()}"
 
     async def on_tick(self) -> list[SloEvent]:
         """Evaluate the monitor; produce and return the events of its transitions."""
@@ -54,7 +55,7 @@ class SloTask:
             log.warning("slo %s: %s p99 %.1f ms, budget %.1f ms", event.kind, event.stage,
                         event.p99_ms, event.budget_ms,
                         extra={"stage": event.stage, "slo_class": event.slo_class})
-            await self.outbox.send(catalog.SLO_EVENTS, event.slo_class.encode(), event)
+            await self.outbox.send_record(catalog.SLO_EVENTS, event.slo_class.encode(), event)
             events.append(event)
         return events
 
@@ -77,7 +78,7 @@ class SloListener:
         kafka = settings.kafka
         self._consumer = AIOKafkaConsumer(
             **kafka.aiokafka_options(), enable_auto_commit=False, group_id=None,
-            fetch_max_wait_ms=kafka.fetch_max_wait_ms)
+            fetch_max_wait_ms=max(kafka.fetch_max_wait_ms, 100))
         self._task: asyncio.Task[None] | None = None
         for name in settings.slo.classes:
             telemetry.slo_degraded.labels(name).set(0)
@@ -89,13 +90,9 @@ class SloListener:
     async def start(self, timeout_s: float = 15.0) -> None:
         """Assign ``slo.events`` at its end and start reading."""
         consumer = self._consumer
-        await consumer.start()
+        await wait_for_broker(consumer.start, self._settings.kafka, what="slo.events listener")
         try:
-            admin = admin_client(self._settings.kafka.confluent_config())
-            counts = await asyncio.to_thread(wait_for_partitions, admin, [catalog.SLO_EVENTS],
-                                             timeout_s)
-            partitions = [TopicPartition(catalog.SLO_EVENTS, p)
-                          for p in range(counts[catalog.SLO_EVENTS])]
+            partitions = await topic_partitions(consumer, catalog.SLO_EVENTS, timeout_s)
             consumer.assign(partitions)
             await consumer.seek_to_end(*partitions)
             for tp in partitions:
@@ -141,15 +138,3 @@ class SloListener:
                 degraded = self.degradation.classes(monotonic_us())
                 for name in self._settings.slo.classes:
                     self._telemetry.slo_degraded.labels(name).set(int(name in degraded))
-
-
-def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> SloTask:
-    """Register breach detection on ``app`` (every process runs it)."""
-    task = SloTask(app, settings, telemetry)
-
-    @app.timer(settings.slo.breach.evaluate_ms / 1000.0,  # type: ignore[untyped-decorator]
-               name="lockstep.slo.evaluate")
-    async def evaluate() -> None:
-        await task.on_tick()
-
-    return task

@@ -1,26 +1,29 @@
 """The ``worker`` agent: requests.<pool> → responses (or the request's reply topic).
 
-Decodes each request and admits it into the pool's :class:`~lockstep.engines.dispatcher.Dispatcher`
-(deadline- and priority-aware batching, see :mod:`lockstep.engines.scheduler`). When the admission
-queue is full the agent stops taking events until the queue has drained to half; the
-topic's channel is bounded at the same size, so Faust then stops fetching the partitions
-(flow control), and memory stays bounded whatever the backlog. Events are acknowledged by
-hand (the stream is ``noack``): only once the response, or the dead-letter record of a
-request the engine could not process, has been acknowledged by the broker. A request shed
-because it can no longer meet its deadline is answered with status ``expired``.
+Decodes each request of a batch and admits it into the pool's
+:class:`~lockstep.engines.dispatcher.Dispatcher` (deadline- and priority-aware batching,
+see :mod:`lockstep.engines.scheduler`). When the admission queue is full the agent stops
+taking batches until it has drained to half, so the consumer stops fetching and memory
+stays bounded whatever the backlog. A request is acknowledged only once its response, or
+the dead letter of a request the engine could not process, has been acknowledged by the
+broker. A request shed because it can no longer meet its deadline is answered with status
+``expired``. On takeover the responses the previous owner wrote are read back, so a
+replayed request is not answered twice (:mod:`lockstep.streams.replay`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable
-from typing import cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeAlias
 
-import faust
-from faust.types import EventT, StreamT
+from aiokafka import TopicPartition
 
-from lockstep.agents.outbox import Outbox, wall_us
+from lockstep.agents.outbox import Outbox, send_dead_letter, wall_us
+from lockstep.agents.readback import Output
+from lockstep.agents.replaykeys import settle_keys
+from lockstep.agents.source import Record, RoleConsumer
 from lockstep.engines.base import ItemFailure
 from lockstep.engines.dispatcher import Dispatcher, Outcome, warm_up
 from lockstep.engines.latency import LatencyModel, LatencyPrior
@@ -28,6 +31,7 @@ from lockstep.engines.registry import create_engine
 from lockstep.engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
 from lockstep.engines.worker import build_response
 from lockstep.errors import BadInput
+from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
@@ -36,27 +40,37 @@ from lockstep.topics.schemas import Request, Response
 
 log = logging.getLogger(__name__)
 STAGE = "worker"
-Event = EventT[bytes]
+#: A request's handle in the dispatcher: where it came from, to acknowledge and dead-letter.
+Handle: TypeAlias = Record
 
 
-class WorkerTask:
-    """State of one pool's worker role in one process."""
+class WorkerAgent:
+    """One pool's worker role in one process."""
 
-    def __init__(self, app: faust.App, settings: Settings, telemetry: Telemetry) -> None:
+    stage = STAGE
+
+    def __init__(self, settings: Settings, telemetry: Telemetry, outbox: Outbox) -> None:
         ws = settings.worker
         self.pool = ws.pool
-        self.app = app
         self.topic = catalog.requests_topic(self.pool)
+        self.outputs: tuple[str, ...] = (catalog.RESPONSES, catalog.DEADLETTER)
         self.engine = create_engine(ws, telemetry)
         self.settings = settings
         self.telemetry = telemetry
-        self.outbox = Outbox(app, STAGE)
+        self.outbox = outbox
         self.max_bytes = settings.kafka.max_record_bytes
         self.config = SchedulerConfig.from_settings(ws, ws.max_batch)
-        self.dispatcher: Dispatcher[Event] | None = None
+        self.dispatcher: Dispatcher[Handle] | None = None
+        self._dispatching: asyncio.Task[None] | None = None
+        self._source: RoleConsumer | None = None
+        self._replay: ReplayGuard[TopicPartition] = ReplayGuard()
+
+    def bind(self, consumer: RoleConsumer) -> None:
+        """Take the consumer whose records this agent acknowledges."""
+        self._source = consumer
 
     async def start(self) -> None:
-        """Load the engine, time it, and build the dispatcher around its capabilities."""
+        """Load the engine, time it, build the dispatcher and start dispatching."""
         await self.engine.start()
         ws = self.settings.worker
         caps = self.engine.capabilities
@@ -64,64 +78,99 @@ class WorkerTask:
         latency = LatencyModel(LatencyPrior(), token_fractions=ws.degrade_fractions)
         if ws.warmup:
             await warm_up(self.engine, latency, self.config)
-        policy: BatchPolicy[Event] = make_policy(ws.policy, self.config, latency)
+        policy: BatchPolicy[Handle] = make_policy(ws.policy, self.config, latency)
         inflight = ws.max_inflight if caps.inflight_batching else 1
         self.dispatcher = Dispatcher(self.engine, policy, wall_us, self._deliver,
                                      telemetry=self.telemetry, pool=self.pool,
                                      max_inflight=inflight)
+        self._dispatching = asyncio.create_task(self.dispatcher.run(),
+                                                name=f"lockstep.worker.{self.pool}")
 
     async def close(self) -> None:
-        """Release the engine."""
+        """Stop dispatching and release the engine."""
+        if self._dispatching is not None:
+            self._dispatching.cancel()
+            await asyncio.gather(self._dispatching, return_exceptions=True)
         await self.engine.close()
 
-    async def serve(self, events: AsyncIterable[Event]) -> None:
-        """Admit events until the stream ends; raise if dispatching or producing fails."""
-        assert self.dispatcher is not None, "start() first"
-        dispatching = asyncio.ensure_future(self.dispatcher.run())
-        intake = asyncio.ensure_future(self._intake(events))
-        try:
-            done, _ = await asyncio.wait({dispatching, intake},
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
-        finally:
-            for task in (dispatching, intake):
-                task.cancel()
+    async def on_assigned(self, partitions: Sequence[TopicPartition],
+                          replay: ReplayGuard[TopicPartition], outputs: Iterable[Output]) -> None:
+        """Learn which requests the previous owner already answered."""
+        self._replay = replay
+        settle_keys(replay, outputs, STAGE)
 
-    async def _intake(self, events: AsyncIterable[Event]) -> None:
-        assert self.dispatcher is not None
-        async for event in events:
-            self.outbox.raise_if_failed()
-            try:
-                request = decode_as(Request, event.value, max_bytes=self.max_bytes)
-            except BadInput as error:
-                await self.outbox.dead_letter(event, error)
+    async def on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        """Queued requests of revoked partitions stay: answering them twice is harmless."""
+        self._replay.drop(list(partitions))
+
+    async def on_tick(self, now_us: int) -> None:
+        """Raise what failed in the dispatcher (its own task owns the deadlines)."""
+        if self._dispatching is not None and self._dispatching.done():
+            self._dispatching.result()
+            raise RuntimeError("the dispatcher stopped")
+
+    async def on_batch(self, records: Sequence[Record], now_us: int) -> None:
+        """Admit a batch of requests (waits while the admission queue is full)."""
+        self.outbox.raise_if_failed()
+        dispatcher = self.dispatcher
+        assert dispatcher is not None and self._source is not None, "start() and bind() first"
+        replay = self._replay
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            guarded = bool(replay.until) and replay.guards(tp, record.offset)
+            if replay.until:
+                replay.passed(tp, record.offset + 1)
+            if guarded and (tp.topic, tp.partition, record.offset) in replay.dead:
+                self._source.ack(tp, record.offset)
                 continue
-            if self.dispatcher.full:
-                # Stop taking events: the topic's channel (bounded at max_queue) fills and
-                # Faust stops fetching its partitions until it drains. (Faust's own
-                # pause_partitions drops records already fetched for a paused partition.)
+            try:
+                request = decode_as(Request, record.value, max_bytes=self.max_bytes)
+            except BadInput as error:
+                await self._dead_letter(record, error)
+                continue
+            window = request.window
+            if guarded and (window.stream_id, window.window_seq) in replay.keys:
+                self._source.ack(tp, record.offset)
+                continue
+            if dispatcher.full:
                 log.info("admission queue full, reading paused", extra={
                     "stage": STAGE, "pool": self.pool, "topic": self.topic})
-                await self.dispatcher.wait_space()
-            self.dispatcher.admit(event, request)
+                await dispatcher.wait_space()
+            dispatcher.admit(record, request)
 
-    async def _deliver(self, outcomes: list[Outcome[Event]]) -> None:
+    async def _deliver(self, outcomes: list[Outcome[Handle]]) -> None:
         for outcome in outcomes:
             if isinstance(outcome.result, ItemFailure):
-                await self.outbox.dead_letter(outcome.handle, BadInput(
+                await self._dead_letter(outcome.handle, BadInput(
                     f"engine {self.engine.name} failed on this request: "
                     f"{outcome.result.reason}"))
                 continue
             response = build_response(outcome, self.engine.name)
             await self._respond(outcome.request, response, outcome.handle)
 
-    async def _respond(self, request: Request, response: Response, event: Event) -> None:
+    async def _dead_letter(self, record: Record, error: BadInput) -> None:
+        await send_dead_letter(self.outbox, stage=STAGE, topic=record.topic,
+                               partition=record.partition, offset=record.offset,
+                               key=record.key, value=record.value, error=error,
+                               on_ack=self._acker(record))
+
+    def _acker(self, record: Record) -> Callable[[], None]:
+        assert self._source is not None
+        ack = self._source.ack
+        tp = TopicPartition(record.topic, record.partition)
+        offset = record.offset
+
+        def acked() -> None:
+            ack(tp, offset)
+        return acked
+
+    async def _respond(self, request: Request, response: Response, record: Record) -> None:
         sent = wall_us()
         response = response.model_copy(
             update={"timeline": response.timeline.model_copy(update={"responded_us": sent})})
         budget_s = self.settings.slo.budget_ms(response.slo_class) / 1000.0
         expired = response.status == "expired"
+        ack = self._acker(record)
 
         def delivered() -> None:
             acked = wall_us()
@@ -133,21 +182,7 @@ class WorkerTask:
                 self.telemetry.e2e((acked - response.timeline.capture_us) / 1e6,
                                    route=response.route, slo_class=response.slo_class,
                                    budget_s=budget_s)
+            ack()
 
-        await self.outbox.send(request.reply_topic or catalog.RESPONSES,
-                               response.stream_id.encode(), response, ack=[event],
-                               on_delivered=delivered)
-
-
-def register(app: faust.App, settings: Settings, telemetry: Telemetry) -> WorkerTask:
-    """Register the worker agent of ``settings.worker.pool`` on ``app``."""
-    task = WorkerTask(app, settings, telemetry)
-    # A bounded channel: when it is full Faust stops fetching the topic's partitions.
-    requests = app.topic(task.topic, key_serializer="raw", value_serializer="raw",
-                         maxsize=settings.worker.max_queue)
-
-    @app.agent(requests, name=f"lockstep.worker.{task.pool}")
-    async def worker(stream: StreamT[bytes]) -> None:
-        await task.serve(cast(faust.Stream[bytes], stream).noack().events())
-
-    return task
+        await self.outbox.send_record(request.reply_topic or catalog.RESPONSES,
+                                      response.stream_id.encode(), response, delivered)

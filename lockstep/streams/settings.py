@@ -54,6 +54,12 @@ class KafkaSettings(_Section):
     #: How long a consumer's fetch may wait for data. Kafka answers as soon as data
     #: arrives; the embedded broker holds the fetch for the whole wait, so keep it small there.
     fetch_max_wait_ms: Annotated[int, Field(ge=1, le=30_000)] = 500
+    #: Where a consumer group that has never committed starts: ``earliest`` (everything
+    #: retained, so every published token is accounted for; media older than its SLO
+    #: budget is shed to ``late`` as ``stale``) or ``latest`` (live data only). A new group
+    #: commits this position at once, so it holds across restarts; an existing group
+    #: resumes from its committed offsets either way.
+    new_group_offset: Literal["earliest", "latest"] = "earliest"
     #: Extra librdkafka options for the confluent-kafka clients (admin, publisher).
     confluent_extra: dict[str, str] = Field(default_factory=dict)
 
@@ -212,6 +218,11 @@ class AlignSettings(_Section):
     #: Share of a window's e2e budget that may be spent by the time it is aligned; above
     #: it the SLA counts as at risk.
     budget_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    #: A token read this many e2e budgets of its stream's SLO class after its capture is
+    #: stale: no window holding it can be answered in time, so it goes to ``late``
+    #: (reason ``stale``) without being aligned, and a backlog (an outage, an overload) is
+    #: crossed quickly to the fresh data. 0 keeps every token, however old.
+    stale_after_budgets: Annotated[float, Field(ge=0.0)] = 1.0
     #: No window spans more than this: a longer stretch is cut into hop windows (its audio
     #: must fit an AudioToken, at most 10 s). Longer than ``hop_ms``.
     max_window_ms: Annotated[float, Field(gt=1.0, le=10_000.0)] = 1000.0

@@ -89,8 +89,19 @@ def encode(record: BaseModel) -> bytes:
     kind = _KINDS.get(type(record))
     if kind is None:
         raise TypeError(f"{type(record).__name__} is not a Lockstep wire record")
-    body = msgpack.packb(record.model_dump(mode="python"), use_bin_type=True)
+    body = msgpack.packb(record.__dict__, default=_plain, use_bin_type=True)
     return MAGIC + bytes((VERSION, kind)) + body
+
+
+def _plain(value: object) -> object:
+    """A nested model as its field map: what ``model_dump(mode="python")`` gives, uncopied.
+
+    The map's order is the order the fields were set in (declaration order for validated
+    records); MessagePack maps are unordered, and decoding is unaffected.
+    """
+    if isinstance(value, BaseModel):
+        return value.__dict__
+    raise TypeError(f"cannot encode {type(value).__name__}")
 
 
 def peek_kind(value: bytes | None) -> Kind:

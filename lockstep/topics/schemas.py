@@ -218,7 +218,10 @@ class Request(_Record):
     pool: str
     priority: Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]
     deadline_us: int
-    reply_topic: str = "responses"
+    #: Where the worker writes the response: ``responses`` or a topic under ``responses.``
+    #: (which must exist); anything else is refused at decoding.
+    reply_topic: Annotated[StrictStr, StringConstraints(
+        pattern=r"^responses(\.[A-Za-z0-9._\-]{1,200})?$")] = "responses"
     #: Why the window took its route (see docs/routing.md).
     reason: str = ""
     #: Per-modality confidences the gate saw, plus "text" and "gate".
@@ -255,7 +258,11 @@ class Response(_Record):
 
 
 class DeadLetter(_Record):
-    """A record no stage could process, with where it came from and why."""
+    """A record no stage could process, with where it came from and why.
+
+    A dead letter always fits its topic: a payload too large to carry whole is truncated
+    (``truncated``), and ``value_size`` and ``value_sha256`` identify the original.
+    """
 
     stage: str
     topic: str
@@ -266,6 +273,11 @@ class DeadLetter(_Record):
     key: bytes | None
     value: bytes | None
     at_us: int
+    #: Size and SHA-256 (hex) of the original value (0 and "" for a tombstone).
+    value_size: Annotated[StrictInt, Field(ge=0)] = 0
+    value_sha256: str = ""
+    #: Whether ``value`` (or ``key``) holds only the start of the original.
+    truncated: StrictBool = False
 
 
 class LateToken(_Record):
@@ -279,6 +291,11 @@ class LateToken(_Record):
     reason: str
     at_us: int
     value: bytes | None = None
+    #: Size and SHA-256 (hex) of the original record; ``truncated`` when ``value`` holds
+    #: only its start (a late record always fits its topic).
+    value_size: Annotated[StrictInt, Field(ge=0)] = 0
+    value_sha256: str = ""
+    truncated: StrictBool = False
 
 
 class SloEvent(_Record):

@@ -10,7 +10,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from lockstep.agents.outbox import wall_us
-from lockstep.agents.worker import WorkerTask
+from lockstep.agents.worker import WorkerAgent
 from lockstep.engines.base import Engine, InferenceResult, ItemResult, WorkItem
 from lockstep.engines.dispatcher import Dispatcher
 from lockstep.errors import EngineError, EngineTimeout
@@ -53,7 +53,7 @@ def _request(pool: str, seq: int = 1, stream: str = "d") -> Request:
                    deadline_us=wall_us() + 60_000_000)
 
 
-async def _serve_with(task: WorkerTask, engine: Engine) -> Dispatcher[Any]:
+async def _serve_with(task: WorkerAgent, engine: Engine) -> Dispatcher[Any]:
     """Put ``engine`` (started) in place of the worker's own; return the worker's dispatcher."""
     assert task.dispatcher is not None, "the worker is started"
     task.engine = task.dispatcher.engine = engine
@@ -98,7 +98,7 @@ async def test_an_engine_timeout_crashes_the_worker_without_committing(apache_ka
         await producer.stop()
         await roles.stop()
     assert isinstance(reason, EngineTimeout)
-    committed = await _committed(apache_kafka, roles.app.conf.id,
+    committed = await _committed(apache_kafka, roles.groups[0],
                                  TopicPartition(catalog.requests_topic(pool), 0))
     assert committed is None or committed <= meta.offset  # the request will be replayed
 

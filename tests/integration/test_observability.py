@@ -170,7 +170,7 @@ async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recov
     reasons = Counter((r.route, r.reason) for r in responses)
     assert reasons[("text_only", "slo_degraded")] > 0, reasons  # partial routes while degraded
     # after recovery, full windows take the full route again
-    assert any(r.reason == "all_trusted" and r.timeline.routed_us > recovered_us
+    assert any(r.reason == "all_trusted" and r.routed_us > recovered_us
                for r in responses)
 
 
@@ -198,7 +198,14 @@ def test_consumer_lag_is_the_committed_offsets_behind_the_log_end(apache_kafka: 
 
     telemetry = Telemetry()
     settings = load_settings(kafka={"bootstrap_servers": apache_kafka})
-    exporter = LagExporter(settings.kafka, telemetry, group, [topic])
-    assert asyncio.run(exporter.export()) == {topic: 23}
+
+    async def export() -> dict[str, dict[str, int]]:
+        exporter = LagExporter(settings.kafka, telemetry, {group: [topic]})
+        try:
+            return await exporter.export()
+        finally:
+            await exporter.stop()
+
+    assert asyncio.run(export()) == {group: {topic: 23}}
     assert telemetry.registry.get_sample_value(
         "lockstep_consumer_lag", {"topic": topic, "group": group}) == 23

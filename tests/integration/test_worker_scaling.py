@@ -76,7 +76,7 @@ async def test_two_worker_replicas_share_a_pool_and_a_killed_one_loses_no_reques
         metrics={"enabled": False})
     await prepare_topics(settings, create=True)
     topic = catalog.requests_topic(pool)
-    group = group_id(settings, ["worker"], [pool])
+    group = group_id(settings, "worker", pool)
     env = {"LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS": apache_kafka, "LOCKSTEP_APP_ID": app_id,
            "LOCKSTEP_KAFKA__SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
            "LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS": "10", "LOCKSTEP_METRICS__ENABLED": "false",

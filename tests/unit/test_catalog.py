@@ -1,7 +1,6 @@
 import pytest
 
-from lockstep.streams.app import broker_urls, group_id
-from lockstep.streams.settings import Settings, TopicsSettings
+from lockstep.streams.settings import TopicsSettings
 from lockstep.topics.catalog import MEDIA, catalog, requests_topic
 
 pytestmark = pytest.mark.unit
@@ -27,12 +26,5 @@ def test_topic_configs_carry_retention_and_record_limit() -> None:
         specs["media.video"].configs["retention.ms"])
 
 
-def test_group_id_names_the_roles_and_the_pool() -> None:
-    s = Settings(worker={"pool": "text"})
-    assert group_id(s, ["worker"]) == "lockstep-worker-text"
-    assert group_id(s, ["route", "align"]) == "lockstep-align-route"
+def test_requests_topic_is_named_after_the_pool() -> None:
     assert requests_topic("text") == "requests.text"
-
-
-def test_broker_urls_split_a_bootstrap_list() -> None:
-    assert broker_urls("a:1, b:2") == ["kafka://a:1", "kafka://b:2"]

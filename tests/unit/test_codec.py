@@ -125,7 +125,7 @@ def test_encode_refuses_non_wire_objects() -> None:
 
 
 @given(
-    seq=st.integers(0, 2**63 - 1),
+    seq=st.integers(0, 2**62 - 1),
     t_us=st.integers(T0, MAX_T_US),
     values=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=8),
     name=st.text(min_size=1, max_size=20),

@@ -78,9 +78,9 @@ HAND_BUILT: list[tuple[Kind, dict[str, Any], BaseModel]] = [
     ),
     (
         Kind.SENSOR,
-        {"stream_id": "car.7@site", "seq": 2**63 - 1, "t_us": T0, "name": "imu",
+        {"stream_id": "car.7@site", "seq": 2**62 - 1, "t_us": T0, "name": "imu",
          "values": [0.5, -1.25, 9.81], "unit": "m/s2", "confidence": None},
-        SensorToken(stream_id="car.7@site", seq=2**63 - 1, t_us=T0, name="imu",
+        SensorToken(stream_id="car.7@site", seq=2**62 - 1, t_us=T0, name="imu",
                     values=[0.5, -1.25, 9.81], unit="m/s2"),
     ),
 ]
