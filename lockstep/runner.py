@@ -185,6 +185,7 @@ async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telem
     kafka = settings.kafka
     app = create_app(settings, settings.app_id)
     outbox = Outbox(producer(kafka), kafka.max_record_bytes)
+    outbox.on_dead_letter = telemetry.dead_letter
     await wait_for_broker(outbox.start, kafka, what="producer", timeout_s=connect_timeout_s)
     running = RoleSet(app, list(roles), telemetry, outbox)
     try:

@@ -109,6 +109,8 @@ class Outbox:
         self._outage_since: float | None = None
         self._outage_logged = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Told of every dead letter sent (stage, error class): the metrics.
+        self.on_dead_letter: Callable[[str, str], None] = lambda stage, error: None
 
     @property
     def in_flight(self) -> int:
@@ -250,5 +252,6 @@ async def send_dead_letter(outbox: Outbox, *, stage: str, topic: str, partition:
                                 max_record_bytes=outbox.max_record_bytes)
     log.info("dead-lettered a record: %s", record.reason, extra={
         "stage": stage, "topic": topic, "partition": partition, "offset": offset})
+    outbox.on_dead_letter(stage, record.error)
     await outbox.send_record(catalog.DEADLETTER, key[:MAX_KEY_BYTES] if key else None, record,
                              on_ack)

@@ -39,7 +39,8 @@ class SloTask:
                  name: str) -> None:
         slo = settings.slo
         self.monitor = SloMonitor(slo)
-        telemetry.watch(self.monitor, {c: slo.budget_tree(c) for c in slo.classes})
+        telemetry.watch(self.monitor, {c: slo.budget_tree(c) for c in slo.classes},
+                        default_class=slo.default_class)
         self.telemetry = telemetry
         self.outbox = outbox
         self.source = f"{name}@{socket.gethostname()}:{os.getpid()}"

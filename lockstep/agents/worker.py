@@ -83,6 +83,7 @@ class WorkerAgent:
         self.dispatcher = Dispatcher(self.engine, policy, wall_us, self._deliver,
                                      telemetry=self.telemetry, pool=self.pool,
                                      max_inflight=inflight)
+        self.telemetry.set_queue_capacity(self.pool, self.config.max_queue)
         self._dispatching = asyncio.create_task(self.dispatcher.run(),
                                                 name=f"lockstep.worker.{self.pool}")
 

@@ -121,7 +121,8 @@ async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_
     await prepare_topics(settings, create=True)
     observer = Observer(settings.kafka, keep=lambda sid: sid == "d")
     await observer.start()
-    roles = await start_roles(settings, ["worker"], Telemetry())
+    telemetry = Telemetry()
+    roles = await start_roles(settings, ["worker"], telemetry)
     await _serve_with(roles.workers[0], PickyEngine())
     producer = AIOKafkaProducer(bootstrap_servers=apache_kafka, linger_ms=50)
     await producer.start()
@@ -140,6 +141,9 @@ async def test_a_request_the_engine_cannot_handle_is_dead_lettered_not_a_poison_
     assert sorted(seq for _, seq in observer.ledger.responses) == [1, 3, 4]
     [dead] = observer.ledger.dead_letters
     assert dead.stage == "worker" and "cannot read window 2" in dead.reason
+    sample = telemetry.registry.get_sample_value
+    assert sample("lockstep_dead_letters_total", {"stage": "worker", "error": "BadInput"}) == 1
+    assert sample("lockstep_queue_capacity", {"pool": pool}) == settings.worker.max_queue
 
 
 class SlowEngine(Engine):
