@@ -88,6 +88,7 @@ class Aligner:
         self._streams = self._table.live
         self.settle_points = s.settle_points
         self.max_buffered = s.max_buffered_tokens
+        self._downsample = s.allow_downsampling
 
     # -- public ------------------------------------------------------------------------
 
@@ -154,12 +155,12 @@ class Aligner:
             raw: The record bytes, kept in a late record so nothing is lost.
         """
         out = AlignOutput()
-        if token.t_us > now_us + self.max_future_us:
+        stream_id, m, seq, t_us = token.stream_id, token.modality, token.seq, token.t_us
+        if t_us > now_us + self.max_future_us:
             out.rejected.append(Rejected(
-                TokenKey(token.stream_id, token.modality, token.seq),
-                f"t_us {token.t_us} is more than {self.max_future_us} µs in the future"))
+                TokenKey(stream_id, m, seq),
+                f"t_us {t_us} is more than {self.max_future_us} µs in the future"))
             return out
-        stream_id = token.stream_id
         st = self._streams.get(stream_id)
         if st is None:
             while self._table.full:  # the least recently active stream makes room
@@ -169,38 +170,35 @@ class Aligner:
         else:
             self._streams.move_to_end(stream_id)
         st.last_arrival = now_us  # active, whatever the token's outcome
-        m = token.modality
-        if st.seen_before(m, token.seq):
-            out.duplicates.append(TokenKey(stream_id, m, token.seq))
+        if st.seen_before(m, seq):
+            out.duplicates.append(TokenKey(stream_id, m, seq))
             return out
-        reason = self._guard.check(st.clocks[m], st.offclock, m, token.seq, token.t_us)
+        reason = self._guard.check(st.clocks[m], st.offclock, m, seq, t_us)
         if reason is not None:
-            out.rejected.append(Rejected(TokenKey(stream_id, m, token.seq), reason))
+            out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason))
             return out
         item = Item.of(self._timebase.correct(st, token, now_us,
                                               learn_lag=not self._catching_up), token, now_us)
         closed = st.closed_end
         if closed is not None and item.own < closed:
             out.late.append(LateToken(
-                stream_id=stream_id, modality=token.modality, seq=token.seq,
-                t_us=token.t_us, watermark_us=closed, reason="window already emitted",
-                at_us=now_us, value=raw))
+                stream_id=stream_id, modality=m, seq=seq, t_us=t_us, watermark_us=closed,
+                reason="window already emitted", at_us=now_us, value=raw))
             # It still trained its clock, which can change the next window's plan.
             st.pending, st.plan, st.wake_us, self._wake_us = None, None, 0, 0
-            if token.modality is Modality.OCR:
+            if m is Modality.OCR:
                 st.remember([], [item])  # late for its own window, but the caption from now on
             return out
-        st.insert(item, now_us)
-        if self._may_complete(st, item):
+        st.insert(item, m, now_us)
+        if self._may_complete(st, item, m):
             out.windows += self._close_ready(stream_id, st, now_us, flush=False)
         if st.wake_us < self._wake_us:
             self._wake_us = st.wake_us
         return out
 
-    def _may_complete(self, st: Stream, item: Item) -> bool:
-        """Whether a new token can change the waiting window (else skip re-planning)."""
+    def _may_complete(self, st: Stream, item: Item, m: Modality) -> bool:
+        """Whether a new token of ``m`` can change the waiting window (else skip re-planning)."""
         pending = st.pending
-        m = item.token.modality
         if pending is None or item.t < pending[0] or st.buffered > self.max_buffered:
             st.plan = None  # the waiting window itself may change
             return True
@@ -283,7 +281,7 @@ class Aligner:
         return True
 
     def _stride(self) -> int:
-        return self.stride if self.settings.allow_downsampling else 1
+        return self.stride if self._downsample else 1
 
     def _deadline(self, st: Stream, end: int) -> int:
         return end + st.lag_us + self.max_wait_us
@@ -328,23 +326,39 @@ class Aligner:
         period = st.clocks[m].ready_period
         return period is not None and mark + period - self.tolerance_us[m] >= end
 
+    def _blocked(self, st: Stream, wait: frozenset[Modality], end: int) -> frozenset[Modality]:
+        """The modalities of ``wait`` but video that have not passed ``end`` (see _passed)."""
+        marks, limit = st.watermark, end + self.grace_us
+        blocked = []
+        for m in wait:
+            if m is Modality.VIDEO:
+                continue
+            mark = marks.get(m)
+            if mark is None:
+                blocked.append(m)
+            elif mark < limit:
+                period = st.clocks[m].ready_period
+                if period is None or mark + period - self.tolerance_us[m] < end:
+                    blocked.append(m)
+        return frozenset(blocked)
+
     def _close_ready(self, stream_id: str, st: Stream, now_us: int, *,
                      flush: bool) -> list[Window]:
         windows: list[Window] = []
         st.wake_us = now_us + self.ttl_us  # eviction check when nothing is buffered
         st.pending = None
         # The waiting window's plan holds until a frame, or a token before it, arrives.
-        plan = st.plan if st.plan is not None and st.plan.stride == self._stride() else None
+        stride = self.stride if self._downsample else 1
+        plan = st.plan if st.plan is not None and st.plan.stride == stride else None
         st.plan = None
         while st.buffered:
             if plan is None:
-                plan = self._plan(st, now_us)
+                plan = self._planner.plan(st, now_us, stride)
             wait, check = self._expected(st, now_us)
             end = plan.end
             # Only a token of these (or a frame, or an earlier token) can make the window
             # ready before its deadline.
-            blocked = frozenset([m for m in wait if m is not Modality.VIDEO
-                                 and not self._passed(st, m, end)])
+            blocked = self._blocked(st, wait, end)
             if Modality.VIDEO in wait:
                 # Without its frame a frame may still come for this slot; with it, the end
                 # must be known (the next anchor came, or the clock predicts it). A hop

@@ -127,9 +127,8 @@ class Stream:
             seen.discard(order.popleft())
         return False
 
-    def insert(self, item: Item, now_us: int) -> None:
-        """Buffer a token and advance the stream's marks."""
-        m = item.token.modality
+    def insert(self, item: Item, m: Modality, now_us: int) -> None:
+        """Buffer a token of modality ``m`` and advance the stream's marks."""
         items = self.buf[m]
         if not items or items[-1].own <= item.own:
             items.append(item)  # the usual case: tokens of a modality arrive in order

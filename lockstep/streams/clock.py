@@ -38,6 +38,10 @@ class CaptureClock:
             outlier; it is not fitted and its raw time is kept.
         min_outlier_us: Floor of the outlier threshold (tiny residuals on clean clocks).
         reset_after: Consecutive outliers that mean the clock jumped: the fit restarts.
+
+    Attributes:
+        ready: True once enough points are fitted and the cadence is regular.
+        ready_period: The fitted period once the clock is ready, else None.
     """
 
     def __init__(self, forget: float = 0.995, min_points: int = 8, outlier_sigmas: float = 6.0,
@@ -62,23 +66,15 @@ class CaptureClock:
         self._limit2 = self._min2  # squared outlier threshold
         self._a = self._b = 0.0
         self._run = 0
-        self._ready = False
+        # Plain attributes, not properties: they are read several times per token.
+        self.ready = False
+        self.ready_period: float | None = None
         self._last_seq: int | None = None
-
-    @property
-    def ready(self) -> bool:
-        """True once enough points are fitted and the cadence is regular."""
-        return self._ready
 
     @property
     def points(self) -> int:
         """Captures fitted since the last (re)start."""
         return self._n
-
-    @property
-    def ready_period(self) -> float | None:
-        """The fitted period once the clock is ready, else None."""
-        return self._b if self._ready else None
 
     @property
     def period_us(self) -> float | None:
@@ -99,7 +95,7 @@ class CaptureClock:
 
     def line(self) -> tuple[int, int, float, float] | None:
         """The fit as ``(x0, y0, a, b)``: ``t = y0 + a + b·(seq - x0)``; None while not ready."""
-        if not self._ready or self._x0 is None:
+        if not self.ready or self._x0 is None:
             return None
         return self._x0, self._y0, self._a, self._b
 
@@ -174,8 +170,9 @@ class CaptureClock:
             # The fit is against the capture counter, so it holds even when timestamps
             # jitter by more than a period; residuals far beyond the period mean the
             # captures are not periodic at all (event-driven): those keep their raw times.
-            self._ready = n >= self.min_points and b > 0 and var < 2.25 * b * b
-        if not self._ready:
+            self.ready = ready = n >= self.min_points and b > 0 and var < 2.25 * b * b
+            self.ready_period = b if ready else None
+        if not self.ready:
             return t_us
         return round(self._y0 + a + b * x)
 
@@ -264,11 +261,8 @@ class ClockLag:
         self._ref: tuple[int, float, float] | None = None
         #: The low lag as last computed (None while the clock is not ready).
         self.low: int | None = None
-
-    @property
-    def samples(self) -> int:
-        """Tokens kept (the clock's restarts clear them)."""
-        return len(self._seqs)
+        #: Tokens kept (the clock's restarts clear them).
+        self.samples = 0
 
     def push(self, seq: int, arrival_us: int, clock: CaptureClock) -> int | None:
         """Add one token (``arrival_us``: when it could leave, after its capture's end).
@@ -281,12 +275,13 @@ class ClockLag:
             self._seqs.clear()
             self._arrivals.clear()
             self._ref = None
-            self._count = 0
+            self._count = self.samples = 0
         seqs = self._seqs
         count = self._count
         if len(seqs) < self._size:
             seqs.append(seq)
             self._arrivals.append(arrival_us)
+            self.samples += 1
         else:
             slot = count % self._size
             seqs[slot] = seq

@@ -53,6 +53,15 @@ class ClockGuard:
             seq: The token's ``seq``.
             t_us: The token's ``t_us``.
         """
+        if not runs:  # the usual case: close to a fitted clock, or a small step in seq
+            expected = clock.time_of(seq)
+            if expected is not None:
+                if -self.max_error_us <= t_us - expected <= self.max_error_us:
+                    return None
+            else:
+                last = clock.last_seq
+                if last is None or -self.max_seq_jump <= seq - last <= self.max_seq_jump:
+                    return None
         reason = self._misfit(clock, seq, t_us, modality)
         run = runs.get(modality)
         if reason is None:

@@ -93,22 +93,20 @@ def _cut(chunks: Sequence[Item], start: int, end: int,
         return None
     rate, channels, encoding = first.sample_rate, first.channels, first.encoding
     texts = []
-    pieces = []  # (corrected start, PCM bytes)
-    for c in chunks:
-        tok = c.token
-        if not (isinstance(tok, AudioToken) and tok.encoding == encoding
-                and tok.sample_rate == rate and tok.channels == channels):
-            return None
-        if tok.asr_text:
-            texts.append(tok.asr_text)
-        pieces.append((c.t, tok.data))
     frame = _SAMPLE_BYTES[encoding] * channels
     n = max(1, round((end - start) * rate / 1_000_000))
     # Byte slices rather than numpy: the arrays are a few hundred samples, where numpy's
     # per-call overhead is most of the cost.
     out = bytearray(n * frame)
-    for t, pcm in pieces:
-        offset = round((t - start) * rate / 1_000_000)  # chunk's first sample in the window
+    for c in chunks:
+        tok = c.token
+        if not (isinstance(tok, AudioToken) and tok.encoding == encoding
+                and tok.sample_rate == rate and tok.channels == channels):
+            return None  # mixed formats: the chunks are passed whole
+        if tok.asr_text:
+            texts.append(tok.asr_text)
+        pcm = tok.data
+        offset = round((c.t - start) * rate / 1_000_000)  # chunk's first sample in the window
         lo = offset if offset > 0 else 0
         hi = offset + len(pcm) // frame
         if hi > n:

@@ -11,6 +11,8 @@ each other, to within the fits' slope error over a few captures.
 
 from __future__ import annotations
 
+from typing import cast
+
 from lockstep.streams.alignstate import Stream
 from lockstep.streams.settings import AlignSettings
 from lockstep.topics.schemas import AudioToken, Modality, Token
@@ -45,9 +47,9 @@ class Timebase:
         lag = st.lags[m]
         if not learn_lag:
             low = lag.current(clock)
-        elif isinstance(token, AudioToken):
+        elif m is Modality.AUDIO:
             # A chunk can only be sent once it has been captured whole: measure from its end.
-            low = lag.push(token.seq, now_us - token.duration_us, clock)
+            low = lag.push(token.seq, now_us - cast(AudioToken, token).duration_us, clock)
         else:
             low = lag.push(token.seq, now_us, clock)
         offset = self._fixed.get(m)
