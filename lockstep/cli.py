@@ -75,14 +75,21 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
          engine: str | None, as_json: bool, html_report: Path | None) -> None:
     """Run every role in one process on synthetic streams and print the SLA report.
 
-    Without --bootstrap (and LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS) it starts the embedded
-    broker. Exits 0 when every published token is accounted for (window, late or
-    dead letter) and every window has a response; 1 otherwise.
+    Without --bootstrap it starts the embedded broker: an exported
+    LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS is not used, so the demo never publishes into a
+    cluster it was not pointed at. Exits 0 when every published token is accounted for
+    (window, late or dead letter) and every window has a response; 1 otherwise.
     """
     from lockstep.demo import DemoOptions, run_demo
     from lockstep.report import render_demo
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap), metrics={"port": metrics_port})
+    if bootstrap is None and settings.kafka.bootstrap_servers:
+        click.echo(f"ignoring LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS="
+                   f"{settings.kafka.bootstrap_servers}: the demo runs on the embedded broker "
+                   f"unless --bootstrap is given", err=True)
+        settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(
+            update={"bootstrap_servers": None})})
     if engine is None and "engine" not in settings.worker.model_fields_set:
         engine = "reference"
     if engine is not None:
