@@ -124,10 +124,11 @@ def hostile_records(stream_id: str, now_us: int, seed: int, *, per_kind: int = 1
                                       encoding="pcm_s16le", sample_rate=16000, channels=1,
                                       duration_us=20_000, data=bytes(640)
                                       ).model_dump(mode="python"), "data": bytes(7)})),
+        # Each a different seq: an exact copy of a token already seen counts as a duplicate.
         "spoofed_seq": lambda: Hostile("spoofed_seq", video_topic, key, encode(
-            _video(stream_id, (1 << 62) - 1, now_us))),
+            _video(stream_id, (1 << 62) - 1 - rng.randrange(1 << 20), now_us))),
         "off_clock_seq": lambda: Hostile("off_clock_seq", video_topic, key, encode(
-            _video(stream_id, live_seq + 10_000_000, now_us))),
+            _video(stream_id, live_seq + 10_000_000 + rng.randrange(1 << 20), now_us))),
         "oversize_frame": oversize,
         "max_size_garbage": just_under_limit,
     }
