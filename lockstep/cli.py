@@ -12,6 +12,7 @@ import click
 
 from lockstep import __version__
 from lockstep.bench import bench
+from lockstep.chaos_command import chaos
 from lockstep.clikit import (
     LockstepGroup,
     bootstrap_option,
@@ -154,7 +155,8 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
                                              settings.topics.pools)
             port = telemetry.serve(host, port)
             click.echo(f"metrics on http://{host}:{port}/metrics", err=True)
-        await prepare_topics(settings, create=create_topics)
+        # A role outlives broker restarts: it waits for the cluster, however long.
+        await prepare_topics(settings, create=create_topics, wait_s=None)
         running = await start_roles(settings, role_list, telemetry, worker_pools=pools or None)
         click.echo(f"running {','.join(role_list)} in groups {', '.join(running.groups)}",
                    err=True)
@@ -357,6 +359,7 @@ def report(ctx: click.Context, metrics: tuple[Path, ...], urls: tuple[str, ...],
 cli.add_command(publish)
 cli.add_command(subscribe)
 cli.add_command(bench)
+cli.add_command(chaos)
 
 
 def main() -> None:

@@ -68,10 +68,12 @@ def routed_pools(settings: Settings) -> list[str]:
     return list(dict.fromkeys(settings.route.pools.values()))
 
 
-async def prepare_topics(settings: Settings, *, create: bool, wait_s: float = 30.0) -> None:
+async def prepare_topics(settings: Settings, *, create: bool,
+                         wait_s: float | None = 30.0) -> None:
     """Create (if asked) and verify the topic catalog, including this process's pools.
 
-    Waits up to ``wait_s`` for the cluster to answer (a broker started alongside).
+    Waits for the cluster to answer (a broker started alongside, or restarting): up to
+    ``wait_s`` (None: as long as it takes), one log line per interval.
 
     Raises:
         BrokerError: The cluster did not answer in time.
@@ -82,18 +84,23 @@ async def prepare_topics(settings: Settings, *, create: bool, wait_s: float = 30
     topics = settings.topics.model_copy(update={"pools": pools})
     specs = catalog(topics, settings.kafka.max_record_bytes)
     admin = admin_client(settings.kafka.confluent_config())
-    deadline = time.monotonic() + wait_s
+    began = time.monotonic()
+    logged = -1e9
     while True:
         try:
             if create:
-                await asyncio.to_thread(ensure_topics, admin, specs)
+                await asyncio.to_thread(ensure_topics, admin, specs, 5.0)
             else:
-                await asyncio.to_thread(verify_topics, admin, specs)
+                await asyncio.to_thread(verify_topics, admin, specs, 5.0)
             return
         except BrokerError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
+            waited = time.monotonic() - began
+            if not exc.retriable or (wait_s is not None and waited > wait_s):
                 raise
-            log.warning("cluster not ready, retrying: %s", exc)
+            if time.monotonic() - logged >= 10.0:
+                logged = time.monotonic()
+                log.warning("waiting for Kafka at %s (%.0f s): %s",
+                            settings.kafka.bootstrap_servers, waited, exc)
             await asyncio.sleep(1.0)
 
 

@@ -19,6 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from lockstep.errors import BrokerError, TopicMismatchError
+from lockstep.logfilter import LIBRDKAFKA
 from lockstep.topics.catalog import TopicSpec
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,12 @@ class EnsureReport:
 
 
 def admin_client(config: Mapping[str, str]) -> AdminClient:
-    """An AdminClient for librdkafka connection options (see KafkaSettings.confluent_config)."""
-    return AdminClient(dict(config))
+    """An AdminClient for librdkafka connection options (see KafkaSettings.confluent_config).
+
+    Its log lines go through Python logging (rate-limited by
+    :func:`lockstep.logfilter.route_client_logs`), not straight to stderr.
+    """
+    return AdminClient(dict(config), logger=logging.getLogger(LIBRDKAFKA))
 
 
 def ensure_topics(
