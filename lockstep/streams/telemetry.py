@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -148,6 +148,8 @@ class Telemetry:
             "modality's recovered capture clock.", ["modality"], registry=r)
         self._rings: dict[str, _Ring] = {}
         self._e2e_budget_s: dict[str, float] = {}
+        self._stage_children: dict[tuple[str, str, str, str], Any] = {}
+        self._token_children: dict[tuple[str, str], Any] = {}
         self._e2e_total = 0
         self._e2e_met = 0
         self._lock = threading.Lock()
@@ -184,7 +186,11 @@ class Telemetry:
               slo_class: str = "") -> None:
         """Record one latency observation of a pipeline stage (no class: the default)."""
         slo_class = slo_class or self.default_class
-        self.stage_latency.labels(stage, route, pool, slo_class).observe(seconds)
+        key = (stage, route, pool, slo_class)
+        child = self._stage_children.get(key)
+        if child is None:  # label lookups cost more than the observation: bind once
+            child = self._stage_children[key] = self.stage_latency.labels(*key)
+        child.observe(seconds)
         if seconds > self.stage_budget_s and stage not in ("infer", "e2e"):
             self.slo_violations.labels(stage, slo_class).inc()
         self._ring(stage).add(seconds)
@@ -229,7 +235,11 @@ class Telemetry:
 
     def token(self, modality: str, outcome: str, n: int = 1) -> None:
         """Count tokens by outcome: window, late, deadletter, duplicate."""
-        self.tokens.labels(modality, outcome).inc(n)
+        child = self._token_children.get((modality, outcome))
+        if child is None:
+            child = self._token_children[(modality, outcome)] = self.tokens.labels(
+                modality, outcome)
+        child.inc(n)
 
     def _ring(self, stage: str) -> _Ring:
         ring = self._rings.get(stage)
