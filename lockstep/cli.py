@@ -22,6 +22,7 @@ from lockstep.clikit import (
     until_signalled,
 )
 from lockstep.errors import RoleCrashed
+from lockstep.inspect_cmd import inspect
 from lockstep.io_commands import publish, subscribe
 from lockstep.logfilter import route_client_logs
 
@@ -41,8 +42,10 @@ def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
     """
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Kafka clients log every failed reconnect: quiet and rate-limited, even in a long outage.
-    route_client_logs()
+    # Kafka clients log every failed reconnect: quiet and rate-limited, even in a long outage;
+    # a short command reports its own connection failure in one line, so theirs are muted.
+    long_running = ctx.invoked_subcommand in ("run", "demo", "chaos", "bench", "broker")
+    route_client_logs(level=logging.WARNING if long_running else logging.CRITICAL)
     ctx.obj = {"config": config}
 
 
@@ -358,6 +361,7 @@ def report(ctx: click.Context, metrics: tuple[Path, ...], urls: tuple[str, ...],
 
 cli.add_command(publish)
 cli.add_command(subscribe)
+cli.add_command(inspect)
 cli.add_command(bench)
 cli.add_command(chaos)
 

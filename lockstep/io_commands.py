@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from lockstep.clikit import bootstrap_option, kafka_overrides, run_async, settings_for
 from lockstep.errors import BadInput, BrokerError, ConfigError, MediaError
 from lockstep.logfilter import route_client_logs
+from lockstep.records import describe_response
 from lockstep.streams.settings import Settings
 from lockstep.topics import catalog
 from lockstep.topics.admin import admin_client, wait_for_partitions
@@ -209,14 +210,11 @@ def _echo(value: bytes | None, as_json: bool) -> None:
     except BadInput as error:
         click.echo(f"# undecodable record: {error.reason}", err=True)
         return
-    timeline = response.timeline
-    e2e_ms = (timeline.responded_us - timeline.capture_us) / 1000.0
-    received_ms = (received_us - timeline.capture_us) / 1000.0
     if as_json:
+        timeline = response.timeline
         record = response.model_dump(mode="json")
-        record.update(e2e_ms=round(e2e_ms, 3), received_ms=round(received_ms, 3))
+        record.update(e2e_ms=round((timeline.responded_us - timeline.capture_us) / 1000.0, 3),
+                      received_ms=round((received_us - timeline.capture_us) / 1000.0, 3))
         click.echo(json.dumps(record))
         return
-    missing = f" missing {','.join(m.value for m in response.missing)}" if response.missing else ""
-    click.echo(f"{response.stream_id} #{response.window_seq} [{response.route}{missing}] "
-               f"e2e {e2e_ms:.1f} ms (received {received_ms:.1f} ms): {response.output}")
+    click.echo(describe_response(response, now_us=received_us))

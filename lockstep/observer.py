@@ -47,8 +47,9 @@ class Observer:
             BrokerError: A watched topic does not exist after ``timeout_s``.
         """
         consumer = self._consumer
-        await wait_for_broker(consumer.start, self._kafka, what="observer", timeout_s=timeout_s)
         try:
+            await wait_for_broker(consumer.start, self._kafka, what="observer",
+                                  timeout_s=timeout_s)
             partitions = await self._partitions(timeout_s)
             consumer.assign(partitions)
             await consumer.seek_to_end(*partitions)

@@ -113,7 +113,8 @@ class RouteAgent:
         deadline_us = window.timeline.capture_us + int(
             self.slo.budget_ms(window.slo_class) * 1000)
         if received >= deadline_us:
-            await self._answer(window, "stale", received, acked, status="expired", detail=(
+            await self._answer(window, "none", received, acked, status="expired",
+                               reason="stale", detail=(
                 f"stale: reached route {(received - window.timeline.capture_us) / 1000:.1f} ms "
                 f"after capture, past the {window.slo_class} budget of "
                 f"{self.slo.budget_ms(window.slo_class):.0f} ms"))

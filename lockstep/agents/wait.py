@@ -48,7 +48,8 @@ async def wait_for_broker(connect: Callable[[], Awaitable[None]], kafka: KafkaSe
             if timeout_s is not None and waited >= timeout_s:
                 raise BrokerError(f"cannot reach Kafka at {kafka.bootstrap_servers} "
                                   f"({what}) after {waited:.0f} s: {error}") from None
-            if time.monotonic() - logged >= log_every_s:
+            # A bounded wait is a command's: it reports the failure itself, in one line.
+            if timeout_s is None and time.monotonic() - logged >= log_every_s:
                 logged = time.monotonic()
                 log.warning("waiting for Kafka at %s (%s): %s", kafka.bootstrap_servers, what,
                             str(error)[:200])
