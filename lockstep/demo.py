@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from prometheus_client import generate_latest
 
 from lockstep.errors import BrokerError
 from lockstep.htmlreport import write_report
+from lockstep.ledger import Ledger
 from lockstep.observer import Observer
 from lockstep.publisher import PublishReport, publish_synthetic
 from lockstep.runner import prepare_topics, routed_pools, start_roles
@@ -32,6 +34,7 @@ from lockstep.streams.settings import KafkaSettings, Settings
 from lockstep.streams.synthetic import SyntheticConfig
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics.schemas import Modality
+from lockstep.verdict import MachineLoad, sla_verdict
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class DemoOptions:
     scenario: str = "normal"
     #: Where to write the HTML SLA report (lockstep.htmlreport), if anywhere.
     html_report: Path | None = None
+    #: Told what the demo is doing, step by step (the CLI prints it on stderr).
+    progress: Callable[[str], None] = lambda step: None
 
 
 def scenario_configs(scenario: str, stream_ids: list[str]) -> dict[str, SyntheticConfig]:
@@ -64,6 +69,7 @@ async def run_demo(settings: Settings, options: DemoOptions) -> dict[str, Any]:
     """Run the demo and return its report (see :func:`lockstep.report.render_demo`)."""
     broker: EmbeddedBroker | None = None
     if not settings.kafka.bootstrap_servers:
+        options.progress("starting the embedded broker")
         broker = await asyncio.to_thread(EmbeddedBroker().start)
         kafka = settings.kafka.model_copy(update={
             "bootstrap_servers": broker.bootstrap,
@@ -77,9 +83,14 @@ async def run_demo(settings: Settings, options: DemoOptions) -> dict[str, Any]:
 
 
 async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> dict[str, Any]:
+    progress = options.progress
     telemetry = Telemetry(settings.slo.stage_p99_ms / 1000.0)
-    metrics_port = (telemetry.serve(settings.metrics.host, settings.metrics.port)
+    metrics_port = (telemetry.serve(settings.metrics.host, settings.metrics.port or 0)
                     if settings.metrics.enabled else None)
+    if metrics_port is not None:
+        progress(f"metrics on http://{settings.metrics.host}:{metrics_port}/metrics "
+                 f"while the demo runs")
+    progress("creating topics")
     await prepare_topics(settings, create=True)
     run_id = secrets.token_hex(3)
     prefix = f"demo-{run_id}-"
@@ -91,23 +102,30 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
     stream_ids = [f"{prefix}cam{i}" for i in range(options.streams)]
     observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
     await observer.start()
+    progress(f"starting align, route and worker (engine {settings.worker.engine}; a model "
+             "engine loads and warms up first)")
     roles = await start_roles(settings, ROLES, telemetry, worker_pools=routed_pools(settings),
                               connect_timeout_s=30.0)
     try:
+        progress("joining the consumer groups")
         if not await roles.wait_assigned(timeout_s=60.0):
             raise BrokerError("the roles' consumer groups got no partitions within 60 s")
+        progress(f"publishing {options.streams} streams for {options.seconds:g} s")
+        load_before = os.getloadavg()[0]
         # The streams' producer runs in a process of its own, as cameras and microphones
         # would: its work and its pauses are not the pipeline's.
         published = await publish_elsewhere(
             settings.kafka, stream_ids, options.seconds, telemetry,
             configs=scenario_configs(options.scenario, stream_ids),
             inject_bad=options.inject_bad)
+        progress("waiting for the last windows and responses")
         drained = await drain(observer, published, options.drain_s)
     finally:
         await roles.stop()
         await observer.stop()
     report = _report(settings, options, telemetry, observer, published, drained,
-                     embedded=embedded, metrics_port=metrics_port)
+                     embedded=embedded, metrics_port=metrics_port,
+                     machine=MachineLoad.now(before=load_before))
     if options.html_report is not None:
         write_report(options.html_report, [generate_latest(telemetry.registry).decode()],
                      settings.slo, title="Lockstep demo: SLA report",
@@ -171,7 +189,7 @@ async def drain(observer: Observer, published: PublishReport, timeout_s: float) 
 
 def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, observer: Observer,
             published: PublishReport, drained: bool, *, embedded: bool,
-            metrics_port: int | None) -> dict[str, Any]:
+            metrics_port: int | None, machine: MachineLoad) -> dict[str, Any]:
     ledger = observer.ledger
     routes = Counter(r.route for r in ledger.responses.values())
     per_stream = Counter(sid for sid, _ in ledger.responses)
@@ -202,7 +220,8 @@ def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, obse
         "responses": len(ledger.responses),
         "responses_by_status": dict(sorted(Counter(
             r.status for r in ledger.responses.values()).items())),
-        "engine": next(iter(ledger.responses.values())).engine if ledger.responses else None,
+        "engine": next((r.engine for r in ledger.responses.values() if r.engine != "none"),
+                       None),
         "windows_without_response": len(ledger.unanswered()),
         "responses_per_stream": {sid: per_stream.get(sid, 0) for sid in sorted(
             {sid for sid, _ in ledger.windows} | set(per_stream))},
@@ -220,7 +239,27 @@ def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, obse
         "sample_output": next((r.output for r in ledger.responses.values()
                                if r.status == "ok"), None),
         "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
+        "verdict": _verdict(settings, telemetry, ledger, published, drained, machine),
     }
+
+
+def _verdict(settings: Settings, telemetry: Telemetry, ledger: Ledger,
+             published: PublishReport, drained: bool, machine: MachineLoad) -> dict[str, Any]:
+    slo = settings.slo
+    slo_class = slo.default_class
+    statuses = Counter(r.status for r in ledger.responses.values())
+    stats = telemetry.stage_stats()
+    verdict = sla_verdict(
+        attainment=telemetry.slo_attainment(), objective=slo.objective,
+        answered=statuses.get("ok", 0), shed=statuses.get("expired", 0),
+        late_tokens=len(ledger.late & published.keys), published=len(published.keys),
+        stage_p99_ms={stage: s.p99_ms for stage, s in stats.items()},
+        stage_budget_ms=slo.budget_tree(slo_class), machine=machine, ledger_closed=drained)
+    return {"sla_met": verdict.met, "objective": verdict.objective,
+            "reasons": list(verdict.reasons), "cores": machine.cores,
+            "load_before": round(machine.load_before, 2),
+            "load_after": round(machine.load_after, 2),
+            "line": verdict.line(slo.budget_ms(slo_class), slo_class)}
 
 
 def _round(value: float | None) -> float | None:

@@ -130,3 +130,60 @@ def route_client_logs(*, level: int = logging.WARNING, interval_s: float = 10.0,
         logger.setLevel(level)
         logger.propagate = False
     return limiter
+
+
+class WarningSummary(logging.Filter):
+    """Holds WARNING records back and counts them by logger and message template."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Let everything but WARNING records through; count those."""
+        if record.levelno != logging.WARNING:
+            return True
+        if not getattr(record, "_lockstep_held", False):  # once, however many handlers
+            record._lockstep_held = True
+            msg = str(record.msg)
+            key = (record.name, msg[:80] if record.args else _template(msg))
+            self.counts[key] = self.counts.get(key, 0) + 1
+        return False
+
+    def summary(self) -> str:
+        """One line per kind of warning held back ("" when there was none)."""
+        if not self.counts:
+            return ""
+        total = sum(self.counts.values())
+        kinds = "; ".join(f"{n} x {msg} ({name})" for (name, msg), n in
+                          sorted(self.counts.items(), key=lambda kv: -kv[1])[:8])
+        return (f"{total} warning{'s' if total != 1 else ''} during the run (--log-level info "
+                f"shows them as they happen): {kinds}")
+
+
+def _template(msg: str) -> str:
+    """A formatted message without its numbers, so repeats of one warning count together."""
+    words = [w for w in msg.split() if not any(c.isdigit() for c in w)]
+    return " ".join(words)[:80] or msg[:80]
+
+
+class summarised_warnings:
+    """For the run of a command: warnings summarised once at the end instead of printed.
+
+    Only at the default log level (``warning``); with ``info`` or ``debug`` every record
+    is printed as it happens.
+    """
+
+    def __init__(self, log_level: str) -> None:
+        self._active = log_level.lower() == "warning"
+        self._filter = WarningSummary()
+
+    def __enter__(self) -> WarningSummary:
+        if self._active:
+            for handler in logging.getLogger().handlers:
+                handler.addFilter(self._filter)
+        return self._filter
+
+    def __exit__(self, *exc: object) -> None:
+        for handler in logging.getLogger().handlers:
+            handler.removeFilter(self._filter)

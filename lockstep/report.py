@@ -45,11 +45,14 @@ def render_demo(report: Mapping[str, Any]) -> str:
     ]
     if report.get("sample_output"):
         lines.append(f"  sample response    {report['sample_output'][:120]!r}")
-    if report.get("metrics_url"):
-        lines.append(f"  metrics            {report['metrics_url']} (while running)")
     lines.append("")
-    lines.append("  OK: every token accounted for, every window answered" if report["ok"]
-                 else "  INCOMPLETE: the ledger did not close before the drain timeout")
+    lines.append("  ledger closed: every token accounted for, every window answered"
+                 if report["ok"] else
+                 "  ledger INCOMPLETE: tokens unaccounted for or windows unanswered when the "
+                 "drain timed out")
+    verdict = report.get("verdict")
+    if verdict:
+        lines.append(f"  {verdict['line']}")
     return "\n".join(lines)
 
 

@@ -357,6 +357,9 @@ class SloSettings(_Section):
 
     classes: dict[str, SloClass] = Field(default_factory=_default_slo_classes)
     default_class: str = "cabin"
+    #: Share of windows that must be answered within their class's e2e budget (shed ones
+    #: count as misses): the SLA the demo's verdict and the burn-rate alerts hold a run to.
+    objective: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.99
     stage_p99_ms: Annotated[float, Field(gt=0.0)] = 12.0
     #: Per-stage P99 budgets that replace ``stage_p99_ms`` (``infer`` defaults to what the
     #: class's e2e budget leaves after the other stages of :data:`E2E_STAGES`).

@@ -38,7 +38,12 @@ def test_demo_without_arguments_runs_on_the_embedded_broker_and_prints_the_summa
     result = _cli("demo", "--seconds", "3")
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "embedded tansu" in out and "OK: every token accounted for" in out
+    assert "embedded tansu" in out and "ledger closed: every token accounted for" in out
+    # the last line is the SLA verdict, met or not, never a bare "OK"
+    verdict = out.strip().splitlines()[-1]
+    assert verdict.strip().startswith("SLA met (cabin): ") or (
+        "SLA NOT met (cabin): " in verdict and "; why: " in verdict), verdict
+    assert "demo: publishing 2 streams" in result.stderr  # progress while it starts
     for stage in ("publish", "align", "route", "queue", "infer", "e2e"):
         assert f"  {stage} " in out
     assert "SLO cabin" in out
