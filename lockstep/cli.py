@@ -16,6 +16,7 @@ from lockstep.chaos_command import chaos
 from lockstep.clikit import (
     LockstepGroup,
     bootstrap_option,
+    check_cluster,
     kafka_overrides,
     run_async,
     settings_for,
@@ -94,6 +95,8 @@ def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float
     from lockstep.report import render_demo
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap), metrics={"port": metrics_port})
+    if bootstrap is not None:
+        check_cluster(settings)
     if bootstrap is None and settings.kafka.bootstrap_servers:
         click.echo(f"ignoring LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS="
                    f"{settings.kafka.bootstrap_servers}: the demo runs on the embedded broker "
@@ -199,6 +202,7 @@ def topics_create(ctx: click.Context, bootstrap: str | None) -> None:
     from lockstep.topics.catalog import catalog
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    check_cluster(settings)
 
     async def main() -> str:
         admin = admin_client(settings.kafka.confluent_config())
@@ -263,6 +267,7 @@ def topics_describe(ctx: click.Context, bootstrap: str | None) -> None:
     from lockstep.topics.catalog import catalog
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    check_cluster(settings)
 
     async def main() -> tuple[str, bool]:
         admin = admin_client(settings.kafka.confluent_config())
@@ -284,6 +289,7 @@ def topics_verify(ctx: click.Context, bootstrap: str | None) -> None:
     from lockstep.topics.catalog import catalog
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    check_cluster(settings)
     admin = admin_client(settings.kafka.confluent_config())
     specs = catalog(settings.topics, settings.kafka.max_record_bytes)
     states = verify_topics(admin, specs, strict=False)
@@ -324,20 +330,23 @@ def broker(port: int | None, host: str) -> None:
                    "host at LOCKSTEP_METRICS__PORT or the roles' default ports).")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.2, 600),
               help="Seconds between refreshes.")
+@click.option("--window", default=30.0, show_default=True, type=click.FloatRange(1, 3600),
+              help="Seconds of the rolling window the figures cover.")
 @click.option("--once", is_flag=True, help="Print the totals since start once and exit.")
 @click.pass_context
-def top(ctx: click.Context, urls: tuple[str, ...], interval: float, once: bool) -> None:
-    """Live view of per-stage P50/P99 against budget, SLO attainment, lag and routes.
+def top(ctx: click.Context, urls: tuple[str, ...], interval: float, window: float,
+        once: bool) -> None:
+    """Live view: targets up, rates, per-stage P50/P99 against budget, attainment, pools.
 
-    Reads the roles' /metrics; each refresh shows what happened since the previous one.
-    Exits 1 with --once when no URL answered.
+    Reads the roles' /metrics; the figures cover a rolling window (--window), with a
+    sparkline of each one's history. Exits 1 with --once when no URL answered.
     """
     from lockstep.top import default_urls, run_top
 
     settings = settings_for(ctx)
     try:
         sys.exit(run_top(urls or default_urls(settings), settings.slo, interval_s=interval,
-                         once=once, optional=not urls))
+                         window_s=window, once=once, optional=not urls))
     except KeyboardInterrupt:
         sys.exit(0)
 
@@ -346,27 +355,47 @@ def top(ctx: click.Context, urls: tuple[str, ...], interval: float, once: bool) 
 @click.argument("metrics", nargs=-1, type=click.Path(exists=True, dir_okay=False,
                                                       path_type=Path))
 @click.option("--url", "urls", multiple=True, metavar="URL",
-              help="Scrape a role's /metrics URL now (repeatable).")
+              help="Scrape a role's /metrics URL (repeatable): once, or with --every.")
+@click.option("--every", "every", metavar="DURATION", default=None,
+              help="Sample the URLs every DURATION (5s, 500ms, 1m): the report gets a time "
+                   "axis.")
+@click.option("--for", "for_", metavar="DURATION", default=None,
+              help="How long to sample with --every (default 60s).")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the scrapes as a scrape log (JSON lines) that lockstep report "
+                   "reads back.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("lockstep-report.html"), show_default=True, help="HTML file to write.")
 @click.pass_context
 def report(ctx: click.Context, metrics: tuple[Path, ...], urls: tuple[str, ...],
-           output: Path) -> None:
-    """Write a single-file HTML SLA report from saved /metrics scrapes or live URLs.
+           every: str | None, for_: str | None, save: Path | None, output: Path) -> None:
+    """Write a single-file HTML SLA report from /metrics scrapes, saved or live.
 
-    Latency distributions per stage as plots, SLO attainment per class, routes, the token
-    ledger and consumer lag. Metrics of several roles are merged.
+    Saved scrapes with their time (a scrape log from --save, or a first line
+    '# lockstep-scrape at=SECONDS source=NAME'), or --every, give a time axis: P99 per
+    stage and attainment per interval, throughput, queues and breaches. Metrics of several
+    roles are merged.
     """
     from lockstep.errors import ConfigError
     from lockstep.htmlreport import write_report
-    from lockstep.metrics_view import fetch
+    from lockstep.timeseries import collect, parse_duration, save_log
 
-    if not metrics and not urls:
-        raise ConfigError("give saved /metrics files or --url URL")
+    every_s = parse_duration(every) if every is not None else None
+    for_s = parse_duration(for_) if for_ is not None else None
+    if save is not None and every_s is None:
+        raise ConfigError("--save keeps scrapes sampled over time: give --every too")
+    if every_s is not None:
+        click.echo(f"sampling {len(urls)} URL(s) every {every} for {for_ or '60s'}", err=True)
+
+    def progress(n: int, rounds: int, errors: list[str]) -> None:
+        click.echo(f"scrape {n}/{rounds}" + "".join(f"; {e}" for e in errors), err=True)
+
     settings = settings_for(ctx)
-    texts = [p.read_text(encoding="utf-8") for p in metrics] + [fetch(u) for u in urls]
+    texts, scrapes = collect(metrics, urls, every_s=every_s, for_s=for_s, on_round=progress)
+    if save is not None:
+        click.echo(f"scrapes saved to {save_log(save, scrapes)}", err=True)
     sources = ", ".join([*(p.name for p in metrics), *urls])
-    write_report(output, texts, settings.slo, meta={"metrics": sources})
+    write_report(output, texts, settings.slo, scrapes=scrapes, meta={"metrics": sources})
     click.echo(f"wrote {output}")
 
 

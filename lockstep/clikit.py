@@ -64,3 +64,28 @@ async def until_signalled(*extra: Callable[[], Awaitable[Any]]) -> None:
 bootstrap_option = click.option(
     "--bootstrap", metavar="HOST:PORT[,HOST:PORT]",
     help="Kafka bootstrap servers (default: LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS).")
+
+
+def check_cluster(settings: Settings, timeout_s: float = 10.0) -> None:
+    """Fail in one line within ``timeout_s`` when the cluster cannot be reached.
+
+    Raises:
+        BrokerError: No bootstrap server answered (the message names them).
+    """
+    run_async(_reach(settings, timeout_s))
+
+
+async def _reach(settings: Settings, timeout_s: float) -> None:
+    from aiokafka.client import AIOKafkaClient
+
+    from lockstep.agents.wait import wait_for_broker
+
+    kafka = settings.kafka
+    kafka.require_bootstrap()
+    client = AIOKafkaClient(**kafka.aiokafka_options(),
+                            request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await wait_for_broker(client.bootstrap, kafka, what="checking the cluster",
+                              timeout_s=timeout_s)
+    finally:
+        await client.close()

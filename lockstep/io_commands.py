@@ -11,7 +11,13 @@ from typing import Any
 import click
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lockstep.clikit import bootstrap_option, kafka_overrides, run_async, settings_for
+from lockstep.clikit import (
+    bootstrap_option,
+    check_cluster,
+    kafka_overrides,
+    run_async,
+    settings_for,
+)
 from lockstep.errors import BadInput, BrokerError, ConfigError, MediaError
 from lockstep.logfilter import route_client_logs
 from lockstep.records import describe_response
@@ -88,6 +94,7 @@ def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ..
     the error line say how many tokens per modality were sent, acknowledged and failed).
     """
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    check_cluster(settings)
     route_client_logs()
     if synthetic:
         if sources:
@@ -164,6 +171,7 @@ def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginn
     own figure); "received" is capture → this command reading it (includes the hop to here).
     """
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    check_cluster(settings)
     wanted = {sid.encode() for sid in stream_ids}
 
     async def main() -> int:

@@ -53,7 +53,8 @@ async def wait_for_broker(connect: Callable[[], Awaitable[None]], kafka: KafkaSe
                 logged = time.monotonic()
                 log.warning("waiting for Kafka at %s (%s): %s", kafka.bootstrap_servers, what,
                             str(error)[:200])
-            await asyncio.sleep(delay)
+            remaining = None if timeout_s is None else timeout_s - waited
+            await asyncio.sleep(delay if remaining is None else max(0.0, min(delay, remaining)))
             delay = min(max_backoff_s, delay * 2)
             continue
         if logged:

@@ -74,3 +74,15 @@ def test_inspect_fails_in_one_line_when_the_cluster_is_unreachable() -> None:
     assert result.stderr.strip().splitlines()[-1].startswith("lockstep: error: cannot reach "
                                                               "Kafka at 127.0.0.1:1")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["topics", "describe"], ["topics", "create"],
+                                     ["subscribe", "--max", "1"],
+                                     ["publish", "--synthetic", "--seconds", "1"]])
+def test_a_command_fails_in_one_line_naming_an_unreachable_bootstrap(
+        command: list[str]) -> None:
+    result = _cli(*command, "--bootstrap", "127.0.0.1:1", timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lockstep: error: cannot reach Kafka at "
+                                                   "127.0.0.1:1"), result.stderr[-2000:]
