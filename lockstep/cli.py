@@ -406,6 +406,33 @@ cli.add_command(bench)
 cli.add_command(chaos)
 
 
+#: The group's options, accepted anywhere on the command line (``lockstep run … --config x``).
+GLOBAL_OPTIONS = ("--config", "--log-level")
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """``argv`` with the group's options moved before the subcommand, where click reads them."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if arg == "--":
+            rest += argv[i:]
+            break
+        if name in GLOBAL_OPTIONS:
+            if "=" in arg or i + 1 >= len(argv):
+                front.append(arg)
+            else:
+                front += [arg, argv[i + 1]]
+                i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="lockstep")
+    cli(args=hoist_global_options(sys.argv[1:]), prog_name="lockstep")

@@ -7,7 +7,10 @@ Nothing is read at import time: call :func:`load_settings`.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import logging
+import os
 import itertools
 import re
 import ssl
@@ -29,6 +32,7 @@ from pydantic_settings import (
 from lockstep.errors import ConfigError
 from lockstep.streams.worker_settings import WorkerSettings
 
+log = logging.getLogger(__name__)
 Ms = Annotated[float, Field(ge=0.0)]
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,31}$")]
 
@@ -369,6 +373,25 @@ class SloSettings(_Section):
     #: (``{"or-*" = "surgical", "hud-*" = "ar"}``); other streams take ``default_class``.
     streams: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_classes(cls, data: Any) -> Any:
+        """Given classes add to the built-in ones; a built-in one given in part keeps the rest.
+
+        ``LOCKSTEP_SLO__CLASSES__CABIN__E2E_MS=150`` changes cabin's budget alone, and a
+        class ``warehouse`` given in full joins cabin, surgical and ar.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
+            return data
+        merged: dict[str, Any] = {name: c.model_dump() for name, c in
+                                  _default_slo_classes().items()}
+        for name, given in data["classes"].items():
+            if isinstance(given, dict) and name in merged:
+                merged[name] = {**merged[name], **given}
+            else:
+                merged[name] = given
+        return {**data, "classes": merged}
+
     @model_validator(mode="after")
     def _default_exists(self) -> SloSettings:
         if self.default_class not in self.classes:
@@ -503,6 +526,7 @@ def load_settings(config: Path | None = None, *, environ: Mapping[str, str] | No
         ConfigError: The file is missing or a value is invalid (the message names the
             settings, never their values).
     """
+    _warn_unknown_sections(os.environ if environ is None else environ)
     settings_cls: type[Settings] = Settings
     if config is not None:
         if not config.is_file():
@@ -593,3 +617,22 @@ def _redact(message: str, overrides: Mapping[str, Any]) -> str:
     for value in sorted((v for v in found if len(v) >= 4), key=len, reverse=True):
         message = message.replace(value, "***")
     return message
+
+
+#: ``LOCKSTEP_*`` variables that are not settings (read by the CLI and the test tooling).
+_NOT_SETTINGS = frozenset({"config", "kafka_classpath", "kafka_keep_dir"})
+
+
+def _warn_unknown_sections(environ: Mapping[str, str]) -> None:
+    """Warn about ``LOCKSTEP_*`` variables that name no setting (they are ignored)."""
+    known = set(Settings.model_fields)
+    for name in environ:
+        if not name.upper().startswith("LOCKSTEP_"):
+            continue
+        head = name[len("LOCKSTEP_"):].lower().split("__", 1)[0]
+        if head in known or head in _NOT_SETTINGS:
+            continue
+        close = difflib.get_close_matches(head, sorted(known), n=1)
+        hint = f" (did you mean LOCKSTEP_{close[0].upper()}?)" if close else ""
+        log.warning("ignoring %s: no setting %r%s; the sections are %s", name, head, hint,
+                    ", ".join(sorted(known)))
