@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import itertools
 import logging
 import os
-import itertools
 import re
 import ssl
 import tempfile
