@@ -10,13 +10,17 @@ random-weights model: that one runs only when asked for by name (``engine=cpu`` 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 from lockstep.engines.base import Engine
+from lockstep.errors import ConfigError
 from lockstep.streams.telemetry import Telemetry
-from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.streams.worker_settings import BUILT_IN_ENGINES, WorkerSettings
 
 log = logging.getLogger(__name__)
 CPU_HINT = "pip install 'lockstep-stream[cpu]'"
@@ -63,6 +67,41 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
+#: The entry-point group engine plugins register under.
+PLUGIN_GROUP = "lockstep.engines"
+
+
+def plugin_class(name: str) -> type[Engine] | None:
+    """The engine class a plugin name stands for (None for a built-in engine).
+
+    ``package.module:Class`` is imported; another name is looked up among the installed
+    distributions' ``lockstep.engines`` entry points.
+
+    Raises:
+        ConfigError: No such plugin, or it is not an :class:`Engine`.
+    """
+    if name in BUILT_IN_ENGINES:
+        return None
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            found: object = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"worker.engine {name!r}: cannot import it: {exc}") from None
+    else:
+        points = entry_points(group=PLUGIN_GROUP, name=name)
+        if not points:
+            known = sorted(p.name for p in entry_points(group=PLUGIN_GROUP))
+            raise ConfigError(
+                f"worker.engine {name!r} is no built-in engine ({', '.join(BUILT_IN_ENGINES)})"
+                f" and no installed plugin (entry points in {PLUGIN_GROUP}: "
+                f"{', '.join(known) or 'none'})")
+        found = next(iter(points)).load()
+    if not (isinstance(found, type) and issubclass(found, Engine)):
+        raise ConfigError(f"worker.engine {name!r} is not a lockstep.engines.base.Engine")
+    return found
+
+
 def describe_model(name: str, settings: WorkerSettings) -> str:
     """What an engine serves, in a few words: its model, and where it comes from."""
     if name == "cpu":
@@ -73,6 +112,8 @@ def describe_model(name: str, settings: WorkerSettings) -> str:
         return settings.trtllm.model or "(no worker.trtllm.model)"
     if name == "openai":
         return f"{settings.openai.model} at {settings.openai.base_url}"
+    if name not in BUILT_IN_ENGINES:
+        return "whatever the plugin serves"
     return "numpy description of the window (no model)"
 
 
@@ -91,7 +132,16 @@ def create_engine(settings: WorkerSettings, telemetry: Telemetry | None = None) 
     log.info("worker %s: engine %s%s, model %s", settings.pool, choice.name,
              " (auto)" if settings.engine == "auto" else "",
              describe_model(choice.name, settings), extra=extra)
+    if choice.name not in BUILT_IN_ENGINES:
+        log.info("worker %s: engine plugin %s", settings.pool,
+                 plugin_class(choice.name), extra=extra)
     name = choice.name
+    plugin = plugin_class(name)
+    if plugin is not None:
+        # A plugin's constructor takes the common keywords, max_batch and its options.
+        factory: Callable[..., Engine] = plugin
+        return factory(max_batch=settings.max_batch, options=dict(settings.engine_options),
+                       **common)
     if name == "cpu":
         from lockstep.engines.cpu import CpuEngine
         return CpuEngine(settings.cpu, max_batch=settings.max_batch, **common)

@@ -10,7 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 Ms = Annotated[float, Field(ge=0.0)]
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,31}$")]
-EngineName = Literal["auto", "cpu", "trtllm", "openai", "reference"]
+#: A built-in engine, an engine plugin's entry-point name (group ``lockstep.engines``), or
+#: ``package.module:Class`` (docs/engines.md, "Engine plugins").
+EngineName = Annotated[str, Field(
+    pattern=r"^(auto|cpu|trtllm|openai|reference|[a-z][a-z0-9_\-]{0,63}"
+            r"|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")]
+BUILT_IN_ENGINES = ("auto", "cpu", "trtllm", "openai", "reference")
 
 
 class _Section(BaseModel):
@@ -65,6 +70,8 @@ class WorkerSettings(_Section):
     #: else cpu where torch and transformers are installed and ``cpu.model_dir`` is set, else
     #: the numpy reference engine (never a random-weights model).
     engine: EngineName = "auto"
+    #: Options handed to a plugin engine's constructor as ``options`` (strings).
+    engine_options: dict[str, str] = Field(default_factory=dict)
     #: ``lockstep`` (deadline/priority aware), ``fifo`` (fixed max queue delay) or ``batch1``.
     policy: Literal["lockstep", "fifo", "batch1"] = "lockstep"
     max_batch: Annotated[int, Field(ge=1, le=4096)] = 16

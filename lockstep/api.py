@@ -1,0 +1,160 @@
+"""Lockstep's Python API: what a producer or a consumer program imports.
+
+Everything here is stable across minor versions; import from this module, not from the
+packages behind it::
+
+    from lockstep.api import Publisher, VideoToken, iter_responses, load_settings
+
+    settings = load_settings()                    # LOCKSTEP_* variables, or pass overrides
+    with Publisher(settings.kafka) as publisher:  # confluent-kafka, idempotent, acks counted
+        publisher.publish(VideoToken(stream_id="cam-1", seq=0, t_us=..., format="jpeg",
+                                     width=640, height=480, data=jpeg_bytes))
+
+    async for response in iter_responses(settings.kafka, streams=["cam-1"]):
+        print(response.stream_id, response.window_seq, response.status, response.output)
+
+Producers: :class:`Publisher` and the token classes (:class:`VideoToken`,
+:class:`AudioToken`, :class:`OcrToken`, :class:`SensorToken`). Consumers:
+:class:`Subscriber` / :func:`iter_responses` (responses, decoded and validated), and
+:func:`read_records` for any pipeline topic. Engines: subclass :class:`Engine` and register
+the class under the ``lockstep.engines`` entry-point group (docs/engines.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Collection
+from types import TracebackType
+from typing import Self
+
+from aiokafka import AIOKafkaConsumer
+
+from lockstep.agents.wait import topic_partitions, wait_for_broker
+from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemFailure, WorkItem
+from lockstep.errors import BadInput, LockstepError
+from lockstep.publisher import Publisher
+from lockstep.records import read_records
+from lockstep.streams.settings import KafkaSettings, Settings, load_settings
+from lockstep.topics import catalog
+from lockstep.topics.codec import decode, decode_as, encode
+from lockstep.topics.schemas import (
+    AudioToken,
+    DeadLetter,
+    LateToken,
+    Modality,
+    OcrToken,
+    Response,
+    SensorToken,
+    VideoToken,
+    Window,
+)
+
+__all__ = [
+    "AudioToken",
+    "Capabilities",
+    "DeadLetter",
+    "Engine",
+    "InferenceResult",
+    "ItemFailure",
+    "KafkaSettings",
+    "LateToken",
+    "LockstepError",
+    "Modality",
+    "OcrToken",
+    "Publisher",
+    "Response",
+    "SensorToken",
+    "Settings",
+    "Subscriber",
+    "VideoToken",
+    "Window",
+    "WorkItem",
+    "decode",
+    "decode_as",
+    "encode",
+    "iter_responses",
+    "load_settings",
+    "read_records",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Subscriber:
+    """Reads responses as they are produced (no consumer group: every subscriber sees all).
+
+    Use as an async context manager and iterate::
+
+        async with Subscriber(settings.kafka, streams=["cam-1"]) as responses:
+            async for response in responses:
+                ...
+
+    Args:
+        kafka: Connection settings.
+        streams: Only responses of these streams (default: all).
+        topic: The response topic (``responses``, or a stream's own reply topic).
+        from_beginning: Start at the oldest retained response instead of new ones.
+        connect_timeout_s: Fail this soon when the cluster cannot be reached.
+    """
+
+    def __init__(self, kafka: KafkaSettings, *, streams: Collection[str] = (),
+                 topic: str = catalog.RESPONSES, from_beginning: bool = False,
+                 connect_timeout_s: float = 10.0) -> None:
+        self._kafka = kafka
+        self._wanted = {s.encode() for s in streams}
+        self._topic = topic
+        self._from_beginning = from_beginning
+        self._timeout_s = connect_timeout_s
+        self._consumer = AIOKafkaConsumer(**kafka.aiokafka_options(), group_id=None,
+                                          enable_auto_commit=False,
+                                          fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+                                          max_partition_fetch_bytes=kafka.max_record_bytes)
+        self.skipped = 0  #: records on the topic that are not valid responses
+
+    async def __aenter__(self) -> Self:
+        consumer = self._consumer
+        try:
+            await wait_for_broker(consumer.start, self._kafka, what="subscriber",
+                                  timeout_s=self._timeout_s)
+            tps = await topic_partitions(consumer, self._topic, self._timeout_s)
+            consumer.assign(tps)
+            if self._from_beginning:
+                await consumer.seek_to_beginning(*tps)
+            else:
+                await consumer.seek_to_end(*tps)
+                for tp in tps:
+                    await consumer.position(tp)  # fix the start now, before anything new
+        except BaseException:
+            await consumer.stop()
+            raise
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:
+        await self._consumer.stop()
+
+    def __aiter__(self) -> AsyncIterator[Response]:
+        return self._responses()
+
+    async def _responses(self) -> AsyncIterator[Response]:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=500, max_records=500)
+            for records in batches.values():
+                for record in records:
+                    if self._wanted and record.key not in self._wanted:
+                        continue
+                    try:
+                        yield decode_as(Response, record.value)
+                    except BadInput as error:
+                        self.skipped += 1
+                        log.debug("not a response on %s: %s", self._topic, error.reason)
+
+
+async def iter_responses(kafka: KafkaSettings, *, streams: Collection[str] = (),
+                         topic: str = catalog.RESPONSES,
+                         from_beginning: bool = False) -> AsyncIterator[Response]:
+    """Responses as they are produced (see :class:`Subscriber`), until the caller stops."""
+    async with Subscriber(kafka, streams=streams, topic=topic,
+                          from_beginning=from_beginning) as subscriber:
+        async for response in subscriber:
+            yield response
