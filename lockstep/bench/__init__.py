@@ -1,4 +1,4 @@
-"""``lockstep bench``: benchmarks that print ratios against a baseline."""
+"""``lockstep bench``: benchmarks that print ratios against a baseline or a limit."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from lockstep.clikit import LockstepGroup
 
 @click.group(cls=LockstepGroup)
 def bench() -> None:
-    """Benchmarks of Lockstep's operators against naive baselines."""
+    """Benchmarks: operators against baselines, the pipeline against its limit.
+
+    Every figure is the median and spread of several repetitions, next to the state of
+    the machine it ran on; see docs/bench.md.
+    """
 
 
 @bench.command("align")
@@ -20,27 +24,32 @@ def bench() -> None:
 @click.option("--seconds", default=20.0, show_default=True, type=click.FloatRange(0.5, 600),
               help="Capture span of each stream.")
 @click.option("--seed", default=7, show_default=True, type=click.IntRange(0),
-              help="Seed of the fault injection (same seed, same feed).")
+              help="Seed of the first repetition's feed (then seed+1, ...; same seed, same "
+                   "feed).")
 @click.option("--drop-rate", default=0.15, show_default=True, type=click.FloatRange(0.0, 0.9),
               help="Fraction of video frames dropped before publishing.")
 @click.option("--jitter-ms", default=8.0, show_default=True, type=click.FloatRange(0.0, 1000.0),
               help="Standard deviation of the timestamp jitter.")
-@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 20),
-              help="Timed runs per operator (the fastest counts).")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 50),
+              help="Repetitions, one seed each (figures are medians and spreads over them).")
+@click.option("--timing-runs", default=3, show_default=True, type=click.IntRange(1, 20),
+              help="Timed runs of each aligner per repetition, interleaved (the median "
+                   "counts).")
 @click.option("--slack-ms", default=2.0, show_default=True, type=click.FloatRange(0.0, 100.0),
               help="A pairing is misaligned when it is this much worse than the ideal one "
                    "(0: any other token than the ideal; see misaligned_rate_strict).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def align_command(ctx: click.Context, streams: int, seconds: float, seed: int,
-                  drop_rate: float, jitter_ms: float, repeats: int, slack_ms: float,
-                  as_json: bool) -> None:
-    """Score Lockstep's aligner and a fixed 30 fps grid on the same faulty feed.
+                  drop_rate: float, jitter_ms: float, repeats: int, timing_runs: int,
+                  slack_ms: float, as_json: bool) -> None:
+    """Score Lockstep's aligner and a fixed 30 fps grid on the same faulty feeds.
 
     Generates seeded synthetic streams with dropped frames, audio gaps, timestamp jitter,
-    clock skew and drift, feeds them to both aligners in arrival order, and compares each
-    window's pairing with the ground truth. Alignment settings come from --config and
-    LOCKSTEP_ALIGN__*. See docs/bench.md.
+    clock skew and drift, feeds them to both aligners in arrival order (timed runs
+    interleaved), and compares each window's pairing with the ground truth; repeated over
+    --repeats seeds. Alignment settings come from --config and LOCKSTEP_ALIGN__*. See
+    docs/bench.md.
     """
     from lockstep.bench.align import AlignBenchOptions, run_align_bench
     from lockstep.bench.render import render_align
@@ -50,7 +59,7 @@ def align_command(ctx: click.Context, streams: int, seconds: float, seed: int,
     root = ctx.find_root().obj
     settings = load_settings(root.get("config") if isinstance(root, dict) else None)
     options = AlignBenchOptions(streams=streams, seconds=seconds, seed=seed, repeats=repeats,
-                                slack_ms=slack_ms,
+                                timing_runs=timing_runs, slack_ms=slack_ms,
                                 faults=FaultSpec(drop_rate=drop_rate, jitter_ms=jitter_ms))
     report = run_align_bench(options, settings.align, settings.slo.default_class)
     click.echo(json.dumps(report, indent=2) if as_json else render_align(report))
@@ -59,45 +68,44 @@ def align_command(ctx: click.Context, streams: int, seconds: float, seed: int,
 @bench.command("batching")
 @click.option("--engine", "engine_name", default="auto", show_default=True,
               type=click.Choice(["auto", "cpu", "simulated", "reference"]),
-              help="Engine to batch into (auto: cpu where torch+transformers are installed, "
+              help="Engine to batch into (auto: cpu where a checkpoint is configured, "
                    "else simulated).")
 @click.option("--seconds", default=10.0, show_default=True, type=click.FloatRange(1, 600),
-              help="Length of the arrival trace (each policy replays it in real time).")
-@click.option("--load", default=0.7, show_default=True, type=click.FloatRange(0.05, 5.0),
+              help="Length of each arrival trace (each policy replays it in real time).")
+@click.option("--load", default=0.6, show_default=True, type=click.FloatRange(0.05, 5.0),
               help="Poisson arrival rate as a share of the engine's full-batch throughput "
                    "(bursts come on top).")
 @click.option("--seed", default=11, show_default=True, type=click.IntRange(0),
-              help="Seed of the trace.")
+              help="Seed of the first repetition's trace (then seed+1, ...).")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 50),
+              help="Repetitions (one trace each; the policies interleaved on it).")
+@click.option("--calibrations", default=3, show_default=True, type=click.IntRange(1, 20),
+              help="Engine calibrations before the first repetition (one more at the end).")
+@click.option("--virtual-clock", is_flag=True,
+              help="Simulated engine only: replay on a virtual clock (instant, and the same "
+                   "on any machine).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def batching_command(ctx: click.Context, engine_name: str, seconds: float, load: float,
-                     seed: int, as_json: bool) -> None:
-    """Replay one bursty trace through Lockstep's scheduler, a FIFO batcher and batch size 1.
+                     seed: int, repeats: int, calibrations: int, virtual_clock: bool,
+                     as_json: bool) -> None:
+    """Replay bursty traces through Lockstep's scheduler, a FIFO batcher and batch size 1.
 
-    All three run on the same engine in the same run, after one warm-up that times it.
-    Worker settings (max_batch, max_wait_ms, margin_ms, degrade_fractions…) come from
-    --config and LOCKSTEP_WORKER__*; max_wait_ms is also the FIFO batcher's fixed delay.
-    See docs/bench.md.
+    The engine is calibrated several times and the traces are sized from it; each
+    repetition replays its trace through the three policies in turn (the order rotates),
+    on the same engine. Prints the median and spread of every figure and a verdict (none
+    when the calibration is unstable). Worker settings (max_batch, max_wait_ms,
+    margin_ms, degrade_fractions...) come from --config and LOCKSTEP_WORKER__*;
+    max_wait_ms is also the FIFO batcher's fixed delay. See docs/bench.md.
     """
-    from lockstep.bench.batching import TraceSpec, run_batching_bench
+    from lockstep.bench.batching import BatchingOptions, run_batching
     from lockstep.bench.render_batching import render_batching
-    from lockstep.clikit import run_async
-    from lockstep.engines.base import Engine
-    from lockstep.engines.registry import create_engine, resolve
-    from lockstep.engines.simulated import SimulatedEngine
+    from lockstep.bench.trace import TraceSpec
     from lockstep.streams.settings import load_settings
 
     root = ctx.find_root().obj
     settings = load_settings(root.get("config") if isinstance(root, dict) else None).worker
-    if engine_name == "auto":
-        engine_name = "cpu" if resolve("auto") == "cpu" else "simulated"
-    engine: Engine
-    if engine_name == "simulated":
-        engine = SimulatedEngine(jitter=0.1, max_batch=settings.max_batch, pool="bench")
-    else:
-        # The bench measures scheduling, not timeouts: a slow batch must not abort it.
-        engine = create_engine(settings.model_copy(
-            update={"engine": engine_name, "infer_timeout_ms": 60_000.0}))
-    spec = TraceSpec(seconds=seconds, load=load, seed=seed)
-    report = run_async(run_batching_bench(engine, settings, spec))
+    options = BatchingOptions(trace=TraceSpec(seconds=seconds, load=load, seed=seed),
+                              repeats=repeats, calibrations=calibrations)
+    report = run_batching(engine_name, settings, options, virtual_clock=virtual_clock)
     click.echo(json.dumps(report, indent=2) if as_json else render_batching(report))

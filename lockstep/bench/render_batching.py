@@ -5,39 +5,51 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lockstep.bench.batching import POLICIES
+from lockstep.bench.fmt import spread_cell, table
+from lockstep.bench.machine import machine_line
+
+ROWS = (("SLO attainment", "slo_attainment", "pct"),
+        ("  high priority", "slo_attainment_high", "pct"),
+        ("latency p50", "p50_ms", "ms"), ("latency p99", "p99_ms", "ms"),
+        ("items/s", "items_per_s", "rate"),
+        ("  / capacity", "items_per_capacity", "pct"),
+        ("expired (shed)", "expired", "n"), ("failed", "failed", "n"),
+        ("unanswered", "unanswered", "n"),
+        ("replay late p99", "lateness_p99_ms", "ms"),
+        ("  max", "lateness_max_ms", "ms"))
 
 
-def _cell(value: float | None, kind: str) -> str:
-    if value is None:
-        return "-"
-    return {"pct": f"{value * 100:.1f} %", "ms": f"{value:.1f} ms",
-            "rate": f"{value:,.1f}", "n": f"{value:,.0f}"}[kind]
-
-
-def render_batching(report: Mapping[str, Any]) -> str:
-    """Policies side by side, then the ratios against the FIFO batcher."""
-    rows = [("SLO attainment", "slo_attainment", "pct"),
-            ("  high priority", "slo_attainment_high", "pct"),
-            ("latency p50", "p50_ms", "ms"), ("latency p99", "p99_ms", "ms"),
-            ("items/s", "items_per_s", "rate"), ("expired (shed)", "expired", "n"),
-            ("failed", "failed", "n"), ("unanswered", "unanswered", "n")]
-    lat = report["batch_latency_p95_ms"]
+def render_batching(report: Mapping[str, Any], *, markdown: bool = False) -> str:
+    """Policies side by side (median and min-max of the repetitions), ratios, verdict."""
+    cal = report["calibration"]
+    lat = cal["batch_latency_p95_ms"]
+    cap = cal["capacity_items_per_s"]
+    seeds = report["seeds"]
     lines = [
-        f"lockstep bench batching: {report['requests']} requests over {report['seconds']:g} s "
-        f"on the {report['engine']} engine (seed {report['seed']})",
-        f"engine P95 batch latency {', '.join(f'{v:.1f} ms at {k}' for k, v in lat.items())}; "
-        f"capacity {report['capacity_items_per_s']:,.0f} items/s; load {report['load']:g} "
-        f"+ bursts; max_batch {report['max_batch']}, "
-        f"max queue delay {report['max_queue_delay_ms']:g} ms",
+        f"lockstep bench batching: {len(seeds)} repetitions (seeds "
+        f"{', '.join(map(str, seeds))}) of {report['seconds']:g} s traces, "
+        f"{spread_cell(report['requests'], 'n')} requests each, on the {report['engine']} "
+        f"engine; policies interleaved",
+        f"calibration: {cal['runs']} runs, capacity {spread_cell(cap, 'rate')} items/s "
+        f"({'stable' if cal['stable'] else 'UNSTABLE'}: within "
+        f"{cal['stable_within'] * 100:.0f} % required); trace sized from P95 "
+        f"{', '.join(f'{v:.1f} ms at {k}' for k, v in lat.items())} "
+        f"= {cal['capacity_used']:,.0f} items/s; load {report['load']:g} + bursts of "
+        f"{report['trace']['burst_size']:g} x {report['max_batch']} every "
+        f"~{report['trace']['burst_every_s']:g} s; max queue delay "
+        f"{report['max_queue_delay_ms']:g} ms",
+        f"machine: {machine_line(report['machine'])}",
         "",
-        f"{'':<18}" + "".join(f"{p:>14}" for p in POLICIES),
     ]
-    for label, key, kind in rows:
-        lines.append(f"{label:<18}" + "".join(f"{_cell(report[key][p], kind):>14}"
-                                              for p in POLICIES))
+    policies = report["policies"]
+    rows = [[label, *(spread_cell(report[key][p], kind) for p in policies)]
+            for label, key, kind in ROWS]
+    lines += table(["", *policies], rows, markdown=markdown)
     ratios = report["ratios"]
-    if ratios["items_per_s_vs_fifo"] is not None:
-        lines += ["", f"lockstep vs fifo: attainment {ratios['attainment_minus_fifo'] * 100:+.1f}"
-                      f" points, items/s x{ratios['items_per_s_vs_fifo']:.2f}"]
+    if ratios:
+        lines += ["", f"lockstep vs fifo: attainment "
+                      f"{spread_cell(ratios['attainment_minus_fifo'], 'pts')} points "
+                      f"(high priority {spread_cell(ratios['attainment_high_minus_fifo'], 'pts')})"
+                      f", items/s {spread_cell(ratios['items_per_s_vs_fifo'], 'x')}"]
+    lines += ["", f"verdict: {report['verdict']['text']}"]
     return "\n".join(lines)

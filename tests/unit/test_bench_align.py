@@ -185,60 +185,81 @@ def test_baseline_pairs_audio_and_sensor_of_a_fault_free_feed_exactly() -> None:
 
 def test_lockstep_pairs_a_fault_free_feed_without_misalignment() -> None:
     report = run_align_bench(AlignBenchOptions(streams=2, seconds=5, seed=3, repeats=1,
-                                               faults=FaultSpec.none()))
-    assert report["misaligned_by_modality"]["lockstep"]["audio"] < 0.01
-    assert report["misaligned_by_modality"]["lockstep"]["sensor"] < 0.01
+                                               timing_runs=1, faults=FaultSpec.none()))
+    assert report["misaligned_by_modality"]["lockstep"]["audio"]["max"] < 0.01
+    assert report["misaligned_by_modality"]["lockstep"]["sensor"]["max"] < 0.01
 
 
 def test_lockstep_misaligns_under_one_percent_of_windows_where_the_baseline_is_far_worse(
 ) -> None:
     # The configuration: 4 streams x 20 s, seed 7, the default fault spectrum.
-    report = run_align_bench(AlignBenchOptions(repeats=1))
-    assert report["misaligned_rate"]["lockstep"] <= 0.01
-    assert report["misaligned_rate"]["baseline"] >= 0.5
+    report = run_align_bench(AlignBenchOptions(repeats=1, timing_runs=1))
+    assert report["misaligned_rate"]["lockstep"]["max"] <= 0.01
+    assert report["misaligned_rate"]["baseline"]["min"] >= 0.5
     assert report["ledger"]["lockstep"]["unaccounted"] == 0
+    assert report["ratios"]["misaligned_baseline_over_lockstep"]["min"] > 50
 
 
 def test_bench_report_scores_both_aligners_on_the_same_feed() -> None:
     report = run_align_bench(AlignBenchOptions(streams=1, seconds=2, seed=5, repeats=1))
     for side in ("lockstep", "baseline"):
-        assert report["windows"][side] > 0
-        assert 0.0 <= report["misaligned_rate"][side] <= 1.0
-        assert 0.0 <= report["partial_rate"][side] <= 1.0
+        assert report["windows"][side]["median"] > 0
+        assert 0.0 <= report["misaligned_rate"][side]["median"] <= 1.0
+        assert 0.0 <= report["partial_rate"][side]["median"] <= 1.0
         assert report["ledger"][side]["unaccounted"] == 0
-        assert report["tokens_per_s"][side] > 0
+        assert report["tokens_per_s"][side]["median"] > 0
+        assert report["tokens_per_reference_unit"][side]["median"] > 0
         errors = report["alignment_error_ms"][side]
-        assert errors["p50"] is None or 0 <= errors["p50"] <= errors["p99"]
+        assert errors["p50"] is None or 0 <= errors["p50"]["median"] <= errors["p99"]["median"]
     assert report["faults"]["drop_rate"] == 0.15 and report["seed"] == 5
-    assert report["tokens"]["delivered"] < report["tokens"]["captured"]
+    assert report["tokens"]["delivered"]["median"] < report["tokens"]["captured"]["median"]
     json.dumps(report)
 
 
+def test_repetitions_take_consecutive_seeds_and_report_each_figure_with_its_spread() -> None:
+    report = run_align_bench(AlignBenchOptions(streams=1, seconds=2, seed=5, repeats=3,
+                                               timing_runs=2))
+    assert report["seeds"] == [5, 6, 7] and report["timing_runs"] == 2
+    assert [rep["seed"] for rep in report["repetitions"]] == [5, 6, 7]
+    for figure in ("misaligned_rate", "tokens_per_cpu_s", "windows"):
+        s = report[figure]["lockstep"]
+        assert s["n"] == 3 and s["min"] <= s["median"] <= s["max"]
+    # The baseline is the cheaper operator: the ratio is taken within each repetition.
+    speed = report["ratios"]["throughput_lockstep_over_baseline"]
+    assert speed["n"] == 3 and speed["max"] < 1.0
+    assert report["machine"]["reference_units_per_cpu_s"]["n"] == 3 * 3
+
+
 def test_bench_report_is_the_same_for_the_same_seed_apart_from_timings() -> None:
-    options = AlignBenchOptions(streams=1, seconds=2, seed=9, repeats=1)
+    options = AlignBenchOptions(streams=1, seconds=2, seed=9, repeats=1, timing_runs=1)
     first, again = run_align_bench(options), run_align_bench(options)
-    for timed in ("tokens_per_s", "operator_seconds"):
-        del first[timed], again[timed]
+    timed = ("tokens_per_s", "tokens_per_cpu_s", "tokens_per_reference_unit",
+             "operator_seconds", "cpu_share", "machine", "repetitions", "ratios")
+    for key in timed:
+        del first[key], again[key]
     assert first == again
 
 
 def test_human_output_has_the_table_and_the_ratio_lines() -> None:
     text = render_align(run_align_bench(AlignBenchOptions(streams=1, seconds=1, repeats=1)))
     assert "misaligned: lockstep" in text and "vs baseline" in text
-    assert "tokens/s" in text and "error p99" in text
+    assert "tokens/s" in text and "error p99" in text and "machine:" in text
+    assert "tokens/ref. unit" in text
 
 
 def test_bench_align_command_prints_json_with_the_documented_keys() -> None:
     result = CliRunner().invoke(bench, ["align", "--json", "--seconds", "1", "--streams", "1",
                                         "--seed", "3", "--drop-rate", "0.1", "--jitter-ms", "4",
-                                        "--repeats", "1"])
+                                        "--repeats", "1", "--timing-runs", "1"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["faults"]["drop_rate"] == 0.1 and report["faults"]["jitter_ms"] == 4.0
     assert report["seed"] == 3 and report["streams"] == 1
-    for key in ("misaligned_rate", "partial_rate", "windows", "tokens_per_s"):
+    for key in ("misaligned_rate", "partial_rate", "windows", "tokens_per_s",
+                "tokens_per_cpu_s", "tokens_per_reference_unit"):
         assert set(report[key]) == {"lockstep", "baseline"}
     assert set(report["alignment_error_ms"]["lockstep"]) >= {"p50", "p99"}
+    assert {"cores", "cpu_model", "load_before", "steal_share"} <= set(report["machine"])
 
 
 def test_bench_align_command_rejects_a_drop_rate_out_of_range() -> None:
