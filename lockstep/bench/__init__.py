@@ -6,6 +6,7 @@ import json
 
 import click
 
+from lockstep.bench.cli_pipeline import pipeline_command
 from lockstep.clikit import LockstepGroup
 
 
@@ -109,3 +110,6 @@ def batching_command(ctx: click.Context, engine_name: str, seconds: float, load:
                               repeats=repeats, calibrations=calibrations)
     report = run_batching(engine_name, settings, options, virtual_clock=virtual_clock)
     click.echo(json.dumps(report, indent=2) if as_json else render_batching(report))
+
+
+bench.add_command(pipeline_command)

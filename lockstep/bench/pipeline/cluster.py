@@ -1,0 +1,157 @@
+"""The broker, the topics and the role processes of one pipeline bench run.
+
+Without a bootstrap the bench starts the embedded broker (tansu) itself; with one it uses
+that cluster and creates only the topics that are missing. Each role runs as its own
+``lockstep run --roles ROLE --metrics-port 0`` process, in consumer groups of this run
+alone (``LOCKSTEP_APP_ID=bench-<run>``, new groups at the log end), with the reference
+engine; the caller's other ``LOCKSTEP_*`` settings and ``--config`` pass through.
+Producers are ``lockstep publish --synthetic`` processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lockstep.bench.pipeline.procs import BenchProcessError, Child, children_named, cpu_seconds
+from lockstep.streams.broker import EmbeddedBroker
+from lockstep.streams.settings import Settings
+
+log = logging.getLogger(__name__)
+_RUNNING = re.compile(r"running \S+ in groups")
+
+
+def lockstep_argv() -> list[str]:
+    """How to start the ``lockstep`` CLI from here (the console script, else ``-m``)."""
+    script = shutil.which("lockstep")
+    return [script] if script else [sys.executable, "-m", "lockstep"]
+
+
+@dataclass
+class Cluster:
+    """A broker, the catalog's topics and one process per role."""
+
+    settings: Settings
+    config: Path | None = None
+    run_id: str = field(default_factory=lambda: secrets.token_hex(3))
+    roles: dict[str, Child] = field(default_factory=dict)
+    urls: dict[str, str] = field(default_factory=dict)
+    broker: EmbeddedBroker | None = None
+    broker_pid: int | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """The bench started the broker itself."""
+        return self.broker is not None
+
+    @property
+    def pools(self) -> list[str]:
+        """The pools the route sends to, one worker process each."""
+        return list(dict.fromkeys(self.settings.route.pools.values()))
+
+    def env(self) -> dict[str, str]:
+        """The environment of every child: the caller's, with this run's settings on top."""
+        kafka = self.settings.kafka
+        env = dict(os.environ)
+        env.update({
+            "LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS": kafka.require_bootstrap(),
+            "LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS": str(kafka.fetch_max_wait_ms),
+            "LOCKSTEP_KAFKA__NEW_GROUP_OFFSET": "latest",
+            "LOCKSTEP_APP_ID": f"bench-{self.run_id}",
+            "LOCKSTEP_WORKER__ENGINE": "reference",
+        })
+        if self.config is not None:
+            env["LOCKSTEP_CONFIG"] = str(self.config)
+        return env
+
+    async def start(self, ready_timeout_s: float = 90.0) -> None:
+        """Start the broker (if none is given), create the topics, start every role.
+
+        Raises:
+            BenchProcessError: A role exited or did not report itself running in time.
+        """
+        from lockstep.runner import prepare_topics
+
+        if not self.settings.kafka.bootstrap_servers:
+            self.broker = await asyncio.to_thread(EmbeddedBroker().start)
+            found = children_named(os.getpid(), "tansu")
+            self.broker_pid = found[0] if found else None
+            # tansu holds an empty fetch for its whole wait: keep the wait short.
+            kafka = self.settings.kafka.model_copy(update={
+                "bootstrap_servers": self.broker.bootstrap,
+                "fetch_max_wait_ms": min(self.settings.kafka.fetch_max_wait_ms, 5)})
+            self.settings = self.settings.model_copy(update={"kafka": kafka})
+        await prepare_topics(self.settings, create=True)
+        env = self.env()
+        base = lockstep_argv()
+        for role in ["align", "route", *(f"worker:{p}" for p in self.pools)]:
+            child = Child(role, [*base, "run", "--roles", role, "--metrics-port", "0"], env)
+            self.roles[role] = await child.start()
+        for role, child in self.roles.items():
+            self.urls[role] = await child.metrics_url(ready_timeout_s)
+            await child.wait_for_line(_RUNNING, ready_timeout_s)
+
+    def check_alive(self) -> None:
+        """Raise if a role has exited.
+
+        Raises:
+            BenchProcessError: A role process is no longer running.
+        """
+        for role, child in self.roles.items():
+            if not child.running:
+                raise BenchProcessError(f"role {role} exited: {child.tail()}")
+
+    def cpu(self) -> dict[str, float | None]:
+        """CPU seconds so far of each role (and the embedded broker, as ``broker``)."""
+        out = {role: cpu_seconds(child.pid) for role, child in self.roles.items()}
+        if self.broker_pid is not None:
+            out["broker"] = cpu_seconds(self.broker_pid)
+        return out
+
+    def pids(self) -> dict[str, int]:
+        """Process ids of the roles (and the embedded broker)."""
+        out = {role: child.pid for role, child in self.roles.items()}
+        if self.broker_pid is not None:
+            out["broker"] = self.broker_pid
+        return out
+
+    async def stop_roles(self) -> None:
+        """Stop every role (SIGTERM: they commit and leave their groups)."""
+        await asyncio.gather(*(child.stop() for child in self.roles.values()))
+
+    async def stop(self) -> None:
+        """Stop the roles and the embedded broker; idempotent."""
+        try:
+            await self.stop_roles()
+        finally:
+            if self.broker is not None:
+                await asyncio.to_thread(self.broker.stop)
+                self.broker = None
+
+    def producer(self, label: str, streams: int, seconds: float, prefix: str) -> Child:
+        """A ``lockstep publish --synthetic`` process (not started)."""
+        argv = [*lockstep_argv(), "publish", "--synthetic", "--streams", str(streams),
+                "--seconds", f"{seconds:g}", "--prefix", prefix, "--json",
+                "--delivery-timeout", "30", "--no-progress"]
+        return Child(label, argv, self.env())
+
+
+def publish_summary(child: Child) -> dict[str, Any]:
+    """The JSON summary a finished ``lockstep publish --json`` printed ({} if none)."""
+    with contextlib.suppress(ValueError):
+        lines = child.stdout.decode(errors="replace").strip().splitlines()
+        if lines:
+            parsed = json.loads(lines[-1])
+            if isinstance(parsed, dict):
+                return parsed
+    return {}
