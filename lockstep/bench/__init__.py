@@ -6,6 +6,7 @@ import json
 
 import click
 
+from lockstep.bench.cli_all import all_command
 from lockstep.bench.cli_pipeline import pipeline_command
 from lockstep.clikit import LockstepGroup
 
@@ -113,3 +114,4 @@ def batching_command(ctx: click.Context, engine_name: str, seconds: float, load:
 
 
 bench.add_command(pipeline_command)
+bench.add_command(all_command)

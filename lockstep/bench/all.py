@@ -1,0 +1,71 @@
+"""``lockstep bench all``: every bench in turn, and BENCHMARKS.md from their output.
+
+The Markdown holds, per bench, the command that produced it, the machine line (cores, CPU,
+load before and during, steal, reference speed) and the bench's own tables, so every
+figure the docs quote can be traced to a run and the state of the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep.bench.machine import machine_line
+
+
+@dataclass(frozen=True)
+class Section:
+    """One bench's output: its title, the command line, its report and how to render it."""
+
+    title: str
+    command: str
+    report: dict[str, Any]
+    render: Callable[..., str]
+
+
+def as_markdown(text: str) -> str:
+    """A bench's text rendering (made with ``markdown=True``) as Markdown paragraphs.
+
+    Table rows stay together; every other line becomes its own paragraph.
+    """
+    out: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("|"):
+            out.append(stripped)
+            continue
+        if out and out[-1].startswith("|"):
+            out.append("")
+        if stripped:
+            out += [stripped, ""]
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out)
+
+
+def render_markdown(sections: list[Section], command: str,
+                    now: datetime.datetime | None = None) -> str:
+    """BENCHMARKS.md: how it was made, then each bench with its command and machine line."""
+    when = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `{command}` on {when}; rerun it to refresh this file (do not edit it by "
+        "hand). Each section names its own command and the state of the machine while it "
+        "ran: a loaded machine (load above its core count, busy near 100 %, steal) makes "
+        "absolute throughputs lower and latencies longer, not the ratios between the "
+        "contenders of one run. docs/bench.md explains every figure.",
+    ]
+    for section in sections:
+        lines += ["", f"## {section.title}", "", f"Command: `{section.command}`", "",
+                  f"Machine: {machine_line(section.report['machine'])}", "",
+                  as_markdown(section.render(section.report, markdown=True))]
+    return "\n".join(lines) + "\n"
+
+
+def command_line(argv: list[str]) -> str:
+    """A command as a reader would type it."""
+    return " ".join(shlex.quote(a) for a in argv)
