@@ -13,9 +13,11 @@ Pure. ``priority = a·S + (1 - a)·R`` with ``a`` = 0.65 by default:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from lockstep.streams.settings import Domain
 
@@ -29,15 +31,51 @@ def words(texts: Iterable[str]) -> list[str]:
 
 def semantic_importance(texts: Iterable[str], domains: Mapping[str, Domain]) -> float:
     """``S`` in [0, 1] from keyword hits weighted by domain."""
-    found = words(texts)
-    total = sum(d.weight * sum(1 for w in found if w in d.keywords) for d in domains.values())
-    return 1.0 - math.exp(-total / 3.0)
+    return Lexicon.of(domains).importance(texts)
 
 
 def has_intent(texts: Iterable[str], domains: Mapping[str, Domain]) -> bool:
     """Whether the text names anything a domain knows (a clear intent)."""
-    keywords = {k for d in domains.values() for k in d.keywords}
-    return any(w in keywords for w in words(texts))
+    return Lexicon.of(domains).has_intent(texts)
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """The domains' keywords as sets, built once per configuration for the hot path.
+
+    Attributes:
+        domains: Each domain's weight and keywords, in the configuration's order.
+        keywords: Every keyword of every domain.
+    """
+
+    domains: tuple[tuple[float, frozenset[str]], ...]
+    keywords: frozenset[str]
+
+    @classmethod
+    def of(cls, domains: Mapping[str, Domain]) -> Lexicon:
+        """The lexicon of some domains."""
+        sets = tuple((d.weight, frozenset(d.keywords)) for d in domains.values())
+        return cls(sets, frozenset().union(*(k for _, k in sets)))
+
+    def importance(self, texts: Iterable[str]) -> float:
+        """``S`` in [0, 1] from keyword hits weighted by domain."""
+        keywords = self.keywords
+        found = [w for text in texts for w in _words(text) if w in keywords]
+        if not found:
+            return 0.0  # what the sum below gives for no hit: 1 - exp(-0.0)
+        total = sum(weight * sum(1 for w in found if w in keys) for weight, keys in self.domains)
+        return 1.0 - math.exp(-total / 3.0)
+
+    def has_intent(self, texts: Iterable[str]) -> bool:
+        """Whether the text names anything a domain knows (a clear intent)."""
+        keywords = self.keywords
+        return any(w in keywords for text in texts for w in _words(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _words(text: str) -> tuple[str, ...]:
+    # Captions and recognised phrases repeat from window to window.
+    return tuple(_WORD.findall(text.lower()))
 
 
 def sla_risk(remaining_us: int, downstream_p99_us: float) -> float:

@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockstep.streams.gate import MAX_STREAMS
 from lockstep.streams.priority import has_intent, priority, semantic_importance, sla_risk
 from lockstep.streams.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Router
 from lockstep.streams.settings import RouteSettings, SloSettings
@@ -172,3 +173,28 @@ def test_degraded_mode_leaves_routes_other_than_full_alone() -> None:
     assert (blind.route, blind.reason) == (TEXT_ONLY, "video_missing")
     mute = _router().route(_window(_frame()), T0, degraded=True)
     assert (mute.route, mute.reason) == (VISION_ONLY, "no_trusted_text")
+
+
+def test_routing_50k_distinct_streams_keeps_the_gate_state_within_its_bound() -> None:
+    router = _router()
+    misaligned = _window(None, [_speech("turn left", 0.8)]).model_copy(
+        update={"modalities": {Modality.AUDIO: ModalityState(present=True, skew_us=90_000)}})
+    first = [router.route(misaligned.model_copy(update={"stream_id": "s-0"}), T0 + i)
+             for i in range(3)]
+    assert first[0].confidence["gate"] > first[2].confidence["gate"]  # s-0 recalibrated
+    for i in range(1, 50_000):
+        router.route(misaligned.model_copy(update={"stream_id": f"s-{i}"}), T0 + 3 + i)
+        assert router.tracked_streams <= MAX_STREAMS
+    assert router.tracked_streams == MAX_STREAMS
+    again = router.route(misaligned.model_copy(update={"stream_id": "s-0"}), T0 + 60_000)
+    assert again.confidence == first[0].confidence  # evicted: starts afresh
+
+
+def test_a_router_forgets_streams_idle_past_its_ttl() -> None:
+    router = Router(RouteSettings(), SloSettings(), max_streams=10, idle_ttl_us=1_000_000)
+    window = _window(None, [_speech("turn left", 0.8)])
+    for i in range(10):
+        router.route(window.model_copy(update={"stream_id": f"s-{i}"}), T0 + i)
+    assert router.tracked_streams == 10
+    router.route(window, T0 + 5_000_000)
+    assert router.tracked_streams == 1
