@@ -8,9 +8,11 @@ the sensor readings — so that tests can check a response against the input tha
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemResult, WorkItem
 from lockstep.topics.media import pcm, pixels
@@ -43,17 +45,20 @@ def describe(window: Window) -> InferenceResult:
     if window.video is not None:
         frame = _frame(window.video)
         if frame is not None:
-            y, x = np.unravel_index(int(np.argmax(frame)), frame.shape)
-            scores["luma_mean"] = round(float(frame.mean()) / 255.0, 4)
-            scores["bright_x"] = round(float(x) / frame.shape[1], 4)
-            scores["bright_y"] = round(float(y) / frame.shape[0], 4)
+            brightest, mean, (height, width) = frame
+            y, x = divmod(brightest, width)
+            scores["luma_mean"] = round(mean / 255.0, 4)
+            scores["bright_x"] = round(float(x) / width, 4)
+            scores["bright_y"] = round(float(y) / height, 4)
             parts.append(f"bright spot at ({scores['bright_x']:.2f},{scores['bright_y']:.2f})")
     pcm = _pcm(window.audio)
     if pcm is not None and len(pcm) >= _MIN_SAMPLES:  # a sliver of a window has no spectrum
         rate = window.audio[0].sample_rate
-        spectrum = np.abs(np.fft.rfft(pcm * np.hanning(len(pcm))))
+        taper = _hanning(len(pcm)) if len(pcm) <= _CACHED_TAPER else np.hanning(len(pcm))
+        spectrum = np.abs(np.fft.rfft(pcm * taper))
         peak_hz = float(np.argmax(spectrum[1:]) + 1) * rate / len(pcm)
-        scores["audio_rms"] = round(float(np.sqrt(np.mean(pcm**2))), 4)
+        power = np.float32(float(np.add.reduce(pcm**2)) / len(pcm))  # numpy's float32 mean
+        scores["audio_rms"] = round(float(np.sqrt(power)), 4)
         scores["audio_peak_hz"] = round(peak_hz, 1)
         parts.append(f"tone {peak_hz:.0f} Hz")
     texts = [o.text for o in window.ocr if o.text]
@@ -68,15 +73,42 @@ def describe(window: Window) -> InferenceResult:
 
 
 _MIN_SAMPLES = 16
+_CACHED_TAPER = 1 << 16  # longer windows' tapers are computed each time (memory)
 
 
-def _frame(video: VideoToken) -> np.ndarray | None:
+def _frame(video: VideoToken) -> tuple[int, float, tuple[int, int]] | None:
+    """Flat index of the brightest pixel, mean brightness and shape of a raw frame.
+
+    Brightness is the mean of the channels (float64). Integer channel sums find the same
+    brightest pixel (dividing by 3 keeps their order); a gray8 frame's mean is its exact
+    integer sum over the count, as numpy's float64 mean of integers is.
+    """
     raw = pixels(video)  # compressed formats are decoded by the media engines, not here
-    if raw is None or raw.ndim == 2:
-        return raw
-    return np.asarray(raw.mean(axis=2))
+    if raw is None:
+        return None
+    shape = (raw.shape[0], raw.shape[1])
+    if raw.ndim == 2:
+        total = int(np.add.reduce(raw, axis=None, dtype=np.uint64))
+        return int(np.argmax(raw)), total / raw.size, shape
+    summed = raw[..., 0].astype(np.uint16)
+    summed += raw[..., 1]
+    summed += raw[..., 2]
+    bright = np.divide(summed, np.float64(3.0))  # each pixel exactly as raw.mean(axis=2)
+    return int(np.argmax(summed)), float(np.add.reduce(bright, axis=None)) / bright.size, shape
 
 
 def _pcm(chunks: Sequence[AudioToken]) -> np.ndarray | None:
-    pieces = [data.mean(axis=1) for c in chunks if (data := pcm(c)) is not None]
-    return np.concatenate(pieces) if pieces else None
+    # One channel is its own mean (float32 x / 1 is x); more are averaged as before.
+    pieces = [data[:, 0] if data.shape[1] == 1 else data.mean(axis=1)
+              for c in chunks if (data := pcm(c)) is not None]
+    if not pieces:
+        return None
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+@functools.lru_cache(maxsize=64)
+def _hanning(n: int) -> npt.NDArray[np.float64]:
+    """``np.hanning(n)``, computed once per length; read-only."""
+    window = np.hanning(n)
+    window.flags.writeable = False
+    return window

@@ -1,7 +1,7 @@
-"""The route stage's fast measures give the old results exactly.
+"""The route stage's and the reference engine's fast measures give the old results exactly.
 
-The old implementations live in tests/unit/legacy_route.py; every float is compared with
-``==`` and every request by value and by its bytes on the wire.
+The old implementations live in tests/unit/legacy_route.py and legacy_reference.py; every
+float is compared with ``==`` and every request by value and by its bytes on the wire.
 """
 
 import io
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from PIL import Image
 
+from lockstep.engines.reference import describe
 from lockstep.streams import tokendrop
 from lockstep.streams.confidence import audio_confidence, video_confidence, video_quality
 from lockstep.streams.priority import has_intent, semantic_importance
@@ -32,7 +33,7 @@ from lockstep.topics.schemas import (
     Window,
 )
 from tests.factories import T0
-from tests.unit import legacy_route
+from tests.unit import legacy_reference, legacy_route
 
 pytestmark = pytest.mark.unit
 
@@ -247,6 +248,31 @@ def test_router_equals_the_old_one_on_640x480_frames(kind: str, fmt: str) -> Non
     windows = [_window(i, frame, speech if i % 2 else [], ["EXIT"], 1000 * i, None, [])
                for i in range(3)]
     _assert_same_routes(windows, RouteSettings())
+
+
+_describe_windows = st.builds(
+    _window, seq=st.integers(0, 50),
+    frame=st.none() | st.builds(_picture, kind=st.sampled_from(KINDS),
+                                height=st.integers(1, 48), width=st.integers(1, 48),
+                                seed=st.integers(0, 1000), fmt=st.sampled_from(FORMATS)),
+    chunks=_chunks, texts=st.lists(st.sampled_from(["EXIT", "SIGN 4", ""]), max_size=2),
+    skew_us=st.just(0), sensor=st.none() | st.floats(-20, 20),
+    missing=st.lists(st.sampled_from(list(Modality)), max_size=2, unique=True))
+
+
+@SLOW
+@given(window=_describe_windows)
+def test_reference_engine_descriptions_equal_the_old_ones(window: Window) -> None:
+    assert describe(window) == legacy_reference.describe(window)
+
+
+@pytest.mark.parametrize("fmt", ["gray8", "rgb24"])
+@pytest.mark.parametrize("kind", ["noise", "bright", "object"])
+def test_reference_engine_equals_the_old_one_on_640x480_frames(kind: str, fmt: str) -> None:
+    window = _window(1, _picture(kind, 480, 640, 5, fmt),
+                     [_chunk("pcm_s16le", 0.3, 1, 2, asr=False)] * 3, ["EXIT"], 0, 1.0, [])
+    assert describe(window) == legacy_reference.describe(window)
+    assert not math.isnan(describe(window).scores["luma_mean"])
 
 
 @given(x=st.floats(0, 1) | st.sampled_from(
