@@ -170,17 +170,25 @@ def _laplacian(lum: Luma) -> npt.NDArray[np.float32]:
     """The 4-neighbour Laplacian of the float32 luma over the frame's interior, contiguous.
 
     Taken on the flattened frame (long contiguous adds; the wrapped first and last columns
-    are cut off after), each pixel by the defining float32 operations, ((a + b) + c) + d - 4e;
-    a gray8 frame's integers are exact in float64 (shared with the token drop) in any order.
+    are cut off after). Rgb24 luma goes through the defining float32 operations in their
+    order, ((a + b) + c) + d - 4e; gray8 integers are exact in int16, in any order.
     """
     height, width = lum.shape
-    flat = lum.wide.reshape(-1) if lum.gray is not None else lum.y.reshape(-1)
     start, stop = width, height * width - width  # rows 1 .. height - 2
-    lap = flat[start - 1:stop - 1] + flat[start + 1:stop + 1]
-    lap += flat[start - width:stop - width]
-    lap += flat[start + width:stop + width]
-    lap -= 4 * flat[start:stop]
-    return lap.reshape(height - 2, width)[:, 1:-1].astype(np.float32)
+    gray = lum.gray
+    if gray is None:
+        flat: np.ndarray = lum.y.reshape(-1)
+        lap = flat[start - 1:stop - 1] + flat[start + 1:stop + 1]
+        lap += flat[start - width:stop - width]
+        lap += flat[start + width:stop + width]
+        lap -= 4 * flat[start:stop]
+    else:
+        flat = gray.reshape(-1).astype(np.int16)
+        lap = flat[start:stop] * np.int16(-4)
+        for shift in (-1, 1, -width, width):
+            lap += flat[start + shift:stop + shift]
+    interior: npt.NDArray[np.float32] = lap.reshape(height - 2, width)[:, 1:-1].astype(np.float32)
+    return interior
 
 
 def _mean32(y: npt.NDArray[np.float32]) -> float:

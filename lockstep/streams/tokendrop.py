@@ -133,6 +133,8 @@ class _Grid:
     # patch row, across (width, cols) the pixel columns of each patch column.
     down: npt.NDArray[np.float64] | None = None
     across: npt.NDArray[np.float64] | None = None
+    down32: npt.NDArray[np.float32] | None = None  # the same, for exact float32 sums
+    across32: npt.NDArray[np.float32] | None = None
 
 
 _MATMUL_PIXELS = 1 << 16  # above this, reshaped adds beat the 0/1 matrix products
@@ -150,36 +152,56 @@ def _grid(height: int, width: int, patch: int) -> _Grid:
     squared = count * count
     if height * width > _MATMUL_PIXELS:
         return _Grid(patch, count, squared)
-    for array in (down, across, counts, squared):
+    down32, across32 = down.astype(np.float32), across.astype(np.float32)
+    for array in (down, across, down32, across32, counts, squared):
         if isinstance(array, np.ndarray):
             array.flags.writeable = False
-    return _Grid(patch, count, squared, down, across)
+    return _Grid(patch, count, squared, down, across, down32, across32)
 
 
 def _block_sums(lum: Luma, grid: _Grid
                 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per-patch sums of the luma and of its square, in float64.
 
-    Exact for gray8 (integers far below 2**53, whatever the order of the adds); for rgb24
-    float64 sums of the float32 luma and of its exact squares. A small frame goes through
-    products with 0/1 matrices, a large one through reshaped adds (rows of pixels first).
+    Exact for gray8: integers whose every partial sum stays below 2**24 (float32) or 2**53
+    (float64), whatever the order of the adds. For rgb24, float64 sums of the float32 luma
+    and of its exact squares. A small frame goes through products with 0/1 matrices, a
+    large one through reshaped adds (rows of pixels first).
     """
+    gray = lum.gray
+    if grid.down32 is not None and grid.across32 is not None and gray is not None \
+            and grid.patch <= 16:  # float32 is exact: 16**2 * 255**2 < 2**24
+        y32: np.ndarray = lum.y
+        down32, across32 = grid.down32, grid.across32
+        return ((down32 @ y32 @ across32).astype(np.float64),
+                (down32 @ (y32 * y32) @ across32).astype(np.float64))
     if grid.down is not None and grid.across is not None:
         wide = lum.wide
         return grid.down @ wide @ grid.across, grid.down @ (wide * wide) @ grid.across
-    gray = lum.gray
-    image: np.ndarray = gray if gray is not None else lum.wide
+    image: np.ndarray = gray if gray is not None else lum.y
     height, width = image.shape
     patch = grid.patch
     rows, cols = -(-height // patch), -(-width // patch)
-    # 256 * 255**2 < 2**32; the float32 luma of rgb24 has exact squares in float64.
-    stack = np.zeros((2, rows * patch, cols * patch), np.uint32 if gray is not None else np.float64)
-    stack[0, :height, :width] = image
-    np.multiply(stack[0, :height, :width], stack[0, :height, :width],
-                out=stack[1, :height, :width])
-    strips = np.add.reduce(stack.reshape(2, rows, patch, cols * patch), axis=2)
-    sums = np.add.reduce(strips.reshape(2, rows, cols, patch), axis=3, dtype=np.float64)
-    return sums[0], sums[1]
+    if height % patch or width % patch:  # zero padding to whole patches adds nothing
+        padded = np.zeros((rows * patch, cols * patch), image.dtype)
+        padded[:height, :width] = image
+        image = padded
+    if gray is not None:  # exact: 256 * 255 < 2**16 and 256 * 255**2 < 2**32
+        square = np.multiply(image, image, dtype=np.uint16)
+        return (_reduce(image, patch, rows, cols, np.uint16),
+                _reduce(square, patch, rows, cols, np.uint32))
+    square = np.multiply(image, image, dtype=np.float64)  # of float32 values: exact
+    return (_reduce(image, patch, rows, cols, np.float64),
+            _reduce(square, patch, rows, cols, np.float64))
+
+
+def _reduce(image: np.ndarray, patch: int, rows: int, cols: int,
+            dtype: type[np.generic]) -> npt.NDArray[np.float64]:
+    """Per-patch sums: rows of pixels first (long contiguous adds), then the short runs."""
+    strips = np.add.reduce(image.reshape(rows, patch, -1), axis=1, dtype=dtype)
+    sums: npt.NDArray[np.float64] = np.add.reduce(
+        strips.reshape(rows, cols, patch), axis=2, dtype=np.float64)
+    return sums
 
 
 def _keep_float32(y: npt.NDArray[np.float32], patch: int, rows: int, cols: int,
