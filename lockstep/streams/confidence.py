@@ -46,8 +46,8 @@ class Luma:
     """A raw frame decoded once, for every measure the route stage takes of it.
 
     The float32 luma (:attr:`y`) is the definition each measure is exact against. A gray8
-    frame's pixels are that luma as integers (:attr:`gray`); integer arithmetic, or float64
-    holding the integers (:attr:`wide`), is exact and faster than float32.
+    frame's pixels are that luma as integers (:attr:`gray`), which integer arithmetic
+    measures exactly and faster; :attr:`wide` holds it in float64 (exact too).
     """
 
     __slots__ = ("_wide", "_y", "flat", "pixels")
@@ -94,6 +94,8 @@ class Luma:
         return self._wide
 
 
+_FOCUS_SCALE = 100.0
+_MAX_AGE_US = 200_000
 _LUMA_WEIGHTS = np.array([0.299, 0.587, 0.114], np.float32)
 # Per level: whether the float luma is in (8, 247), and the level itself.
 _LEVEL_SUMS = np.stack([(np.arange(256) > 8) & (np.arange(256) < 247), np.arange(256)],
@@ -106,7 +108,10 @@ _FLOAT32 = struct.Struct("f")
 
 
 def _f32(value: float) -> float:
-    """``value`` rounded to float32 (to nearest, as numpy casts), as a Python float."""
+    """``value`` rounded to float32 (to nearest, as numpy casts), as a Python float.
+
+    For the frame measures' means and variances, far inside float32's range.
+    """
     rounded: float = _FLOAT32.unpack(_FLOAT32.pack(value))[0]
     return rounded
 
@@ -117,8 +122,8 @@ def luma(frame: VideoToken) -> np.ndarray | None:
     return None if decoded is None else decoded.y
 
 
-def video_quality(frame: VideoToken, age_us: int, *, focus_scale: float = 100.0,
-                  max_age_us: int = 200_000, decoded: Luma | None = None
+def video_quality(frame: VideoToken, age_us: int, *, focus_scale: float = _FOCUS_SCALE,
+                  max_age_us: int = _MAX_AGE_US, decoded: Luma | None = None
                   ) -> VideoQuality | None:
     """Measure a raw frame; None for compressed frames (use the producer's hint then).
 
@@ -212,7 +217,7 @@ def video_confidence(frame: VideoToken | None, age_us: int, *,
         return 0.0
     lum = decoded if decoded is not None else Luma.of(frame)
     if lum is not None:
-        parts = _quality(lum, age_us, 100.0, 200_000)
+        parts = _quality(lum, age_us, _FOCUS_SCALE, _MAX_AGE_US)
         score = float(math.prod(parts) ** (1 / len(parts)))  # as VideoQuality.score
         return score if frame.quality is None else min(score, frame.quality)
     return frame.quality if frame.quality is not None else 0.5
