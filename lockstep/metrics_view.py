@@ -54,6 +54,13 @@ class Hist:
             lower, below = le, cumulative
         return lower
 
+    def saturated(self, q: float) -> bool:
+        """The ``q`` quantile lies beyond the last finite bound (it reads as that bound)."""
+        if self.total <= 0:
+            return False
+        finite = [c for le, c in self.buckets if not math.isinf(le)]
+        return not finite or finite[-1] < q * self.total
+
     def share_within(self, bound: float) -> float | None:
         """Fraction of observations at or below ``bound`` (interpolated within a bucket)."""
         if self.total <= 0:
@@ -232,6 +239,8 @@ class StageRow:
     p99_ms: float | None
     budget_ms: float | None
     hist: Hist
+    #: The P99 is beyond the last finite bucket: at least that, not that.
+    p99_saturated: bool = False
 
     @property
     def over(self) -> bool:
@@ -253,6 +262,8 @@ class ClassRow:
     budget_ms: float
     degraded: bool
     breaches: float
+    #: The e2e P99 is beyond the last finite bucket (shed requests, or answers over 10 s).
+    p99_saturated: bool = False
 
 
 @dataclass(frozen=True)
@@ -290,7 +301,7 @@ def summarize(scrape: Scrape, slo: SloSettings) -> Summary:
     stages = []
     for (stage,), h in sorted(hists.items(), key=lambda kv: order.get(kv[0][0], len(order))):
         stages.append(StageRow(stage, h.total, _ms(h.quantile(0.5)), _ms(h.quantile(0.99)),
-                               budget_ms(stage), h))
+                               budget_ms(stage), h, h.saturated(0.99)))
     degraded = scrape.values("lockstep_slo_degraded", ("slo_class",))
     breaches = scrape.values("lockstep_slo_breaches_total", ("slo_class",))
     answered = scrape.histogram("lockstep_e2e_latency_seconds", ("slo_class",))
@@ -305,7 +316,7 @@ def summarize(scrape: Scrape, slo: SloSettings) -> Summary:
         classes.append(ClassRow(slo_class, h.total, shed, both.share_within(budget / 1e3),
                                 _ms(both.quantile(0.99)), budget,
                                 degraded.get((slo_class,), 0.0) > 0,
-                                breaches.get((slo_class,), 0.0)))
+                                breaches.get((slo_class,), 0.0), both.saturated(0.99)))
     ledger: dict[str, dict[str, float]] = {}
     for (modality, outcome), n in sorted(
             scrape.values("lockstep_tokens_total", ("modality", "outcome")).items()):
@@ -328,3 +339,22 @@ _EMPTY = Hist(tuple((b, 0.0) for b in (*LATENCY_BUCKETS, math.inf)), 0.0, 0.0)
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
+
+
+#: The largest finite latency bucket bound, in milliseconds.
+LAST_BOUND_MS: float = LATENCY_BUCKETS[-1] * 1e3
+
+
+def latency_text(ms: float | None, saturated: bool = False, *, unit: bool = False) -> str:
+    """A latency for people: ``-`` when unknown, ``≥ 10 s`` when beyond the last bucket.
+
+    Args:
+        ms: The latency in milliseconds.
+        saturated: It was read from beyond the last finite bucket bound.
+        unit: Append `` ms`` (for labels; table columns name the unit in their header).
+    """
+    if ms is None:
+        return "-"
+    if saturated:
+        return f"≥ {LAST_BOUND_MS / 1e3:g} s"
+    return f"{ms:.2f} ms" if unit else f"{ms:.2f}"
