@@ -1,24 +1,31 @@
 """``lockstep top``: a live terminal view of the pipeline's SLA, read from the roles' /metrics.
 
-Per stage P50/P99 against its budget, SLO attainment per class (and degraded mode), routes,
-the token ledger and consumer lag; shed requests count as missed. Each refresh shows what
-was observed since the previous one; ``--once`` prints the totals since the processes
-started, once. Without URLs it reads every role of this host at its default port.
+Which targets answered; tokens and responses per second; per stage P50/P99 against its
+budget; SLO attainment per class (and degraded mode); per pool the queue depth against its
+bound, the mean batch and the queue and infer P99; e2e latency per route; the token ledger,
+consumer lag and dead letters. Shed requests count as missed. The figures cover a rolling
+window (30 s by default, so that a P99 rests on enough samples), and a sparkline next to
+each shows its history, one character per refresh. ``--once`` prints the totals since the
+processes started, once. Without URLs it reads every role of this host at its default port.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
+from lockstep.breakdown import dead_letter_rows, pool_rows, responses, route_rows, tokens
 from lockstep.metrics_view import Scrape, ScrapeError, Summary, fetch, merge, parse, summarize
 from lockstep.streams.settings import ROLE_METRICS_PORTS, Settings, SloSettings
+from lockstep.timeseries import RollingWindow
+from lockstep.topview import Extras, Target, render
+
+__all__ = ["Frame", "TopState", "default_urls", "render", "run_top", "scrape_each"]
 
 
 def default_urls(settings: Settings) -> list[str]:
@@ -36,94 +43,137 @@ def default_urls(settings: Settings) -> list[str]:
     return [f"http://{host}:{port}/metrics" for port in ports]
 
 
-def scrape_all(urls: Sequence[str]) -> tuple[Scrape, list[str], list[str]]:
-    """Scrape every URL; return the merged metrics, the URLs read and the errors of the rest."""
-    scrapes, read, errors = [], [], []
+def scrape_each(urls: Sequence[str], read: Callable[[str], str] = fetch
+                ) -> tuple[dict[str, Scrape], dict[str, str]]:
+    """Scrape every URL: the scrapes of those that answered, the errors of the others."""
+    scrapes: dict[str, Scrape] = {}
+    errors: dict[str, str] = {}
     for url in urls:
         try:
-            scrapes.append(parse(fetch(url)))
-            read.append(url)
+            scrapes[url] = parse(read(url))
         except ScrapeError as error:
-            errors.append(str(error))
-    return merge(scrapes), read, errors
+            errors[url] = str(error)
+    return scrapes, errors
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+@dataclass(frozen=True)
+class Frame:
+    """One refresh of the view."""
+
+    title: str
+    summary: Summary
+    extras: Extras
+    errors: list[str]
 
 
-def render(summary: Summary, *, title: str, errors: Sequence[str] = (),
-           sources: Sequence[str] = ()) -> Group:
-    """The view of one summary as rich tables (``sources``: the URLs it was read from)."""
-    stages = Table(title=title, title_justify="left", expand=False)
-    for column in ("stage", "count", "p50 ms", "p99 ms", "budget ms", ""):
-        stages.add_column(column, justify="left" if column in ("stage", "") else "right")
-    for row in summary.stages:
-        status = Text("over", style="bold red") if row.over else Text("ok", style="green")
-        stages.add_row(row.stage, f"{row.count:.0f}", _ms(row.p50_ms), _ms(row.p99_ms),
-                       _ms(row.budget_ms), status if row.p99_ms is not None else "")
-    classes = Table(title="SLO classes", title_justify="left")
-    for column in ("class", "responses", "expired", "within budget", "e2e p99 ms", "budget ms",
-                   "mode", "breaches"):
-        classes.add_column(column, justify="left" if column in ("class", "mode") else "right")
-    for c in summary.classes:
-        attained = "-" if c.attainment is None else f"{c.attainment * 100:.1f}%"
-        mode = Text("degraded", style="bold yellow") if c.degraded else Text("normal")
-        classes.add_row(c.slo_class, f"{c.responses:.0f}", f"{c.expired:.0f}", attained,
-                        _ms(c.p99_ms),
-                        f"{c.budget_ms:.0f}", mode, f"{c.breaches:.0f}")
-    side = Table(title="routes · ledger · lag", title_justify="left", show_header=False)
-    side.add_column("what")
-    side.add_column("value", justify="right")
-    for route, n in summary.routes.items():
-        side.add_row(f"route {route}", f"{n:.0f}")
-    for modality, outcomes in summary.ledger.items():
-        side.add_row(f"tokens {modality}",
-                     ", ".join(f"{o} {n:.0f}" for o, n in sorted(outcomes.items())))
-    for (topic, group), n in summary.lag.items():
-        side.add_row(escape(f"lag {topic} [{group}]"), f"{n:.0f}")
-    for pool, mean in summary.batch.items():
-        side.add_row(f"mean batch {pool}", f"{mean:.1f}")
-    parts: list[Table | Text] = [stages, classes, side]
-    if sources:
-        parts.append(Text("metrics from " + ", ".join(sources), style="dim"))
-    parts.extend(Text(e, style="red") for e in errors)
-    return Group(*parts)
+class TopState:
+    """The rolling window and the sparklines' history, fed one refresh at a time.
+
+    Pure: the time of each refresh is given, nothing is fetched here.
+    """
+
+    def __init__(self, urls: Sequence[str], slo: SloSettings, *, window_s: float = 30.0,
+                 points: int = 30, optional: bool = False) -> None:
+        self.urls = list(urls)
+        self.slo = slo
+        self.window_s = window_s
+        self.optional = optional
+        self._window = RollingWindow(window_s)
+        self._points = points
+        self._trends: dict[str, deque[float | None]] = {}
+        self._refreshes = 0
+
+    def update(self, at: float, scrapes: Mapping[str, Scrape],
+               errors: Mapping[str, str]) -> Frame:
+        """Take one refresh's scrapes (taken at ``at`` seconds) and return its frame."""
+        self._window.add(at, scrapes)
+        window, span = self._window.window(list(scrapes))
+        frame = self.frame(window, span, scrapes, errors)
+        shown = self._shown(frame)
+        self._refreshes += 1
+        filled = min(self._refreshes - 1, self._points)
+        for key in {*self._trends, *shown}:
+            history = self._trends.setdefault(
+                key, deque([None] * filled, maxlen=self._points))
+            history.append(shown.get(key))
+        extras = frame.extras
+        trends = {k: list(v) for k, v in self._trends.items()} if span > 0 else {}
+        return Frame(frame.title, frame.summary, Extras(
+            extras.targets, extras.pools, extras.routes, extras.dead_letters, span,
+            extras.rates, trends), frame.errors)
+
+    def frame(self, scrape: Scrape, span: float, read: Mapping[str, Scrape],
+              errors: Mapping[str, str]) -> Frame:
+        """The frame of figures over ``span`` seconds (0: totals since start)."""
+        summary = summarize(scrape, self.slo)
+        rates: dict[str, float] = {}
+        if span > 0:
+            rates = {"tokens": tokens(scrape) / span, "responses": responses(scrape) / span}
+            published = tokens(scrape, ("published",))
+            if published:
+                rates["published"] = published / span
+        targets = [Target(u, u in read) for u in self.urls]
+        if span <= 0:
+            title = "since start"
+        elif span < self.window_s * 0.95:
+            title = f"last {span:.0f} s (filling {self.window_s:g} s)"
+        else:
+            title = f"last {span:.0f} s"
+        shown_errors = [] if self.optional and read else [errors[u] for u in self.urls
+                                                            if u in errors]
+        return Frame(title, summary, Extras(targets, pool_rows(scrape),
+                                            route_rows(scrape, self.slo),
+                                            dead_letter_rows(scrape), span, rates),
+                     shown_errors)
+
+    @staticmethod
+    def _shown(frame: Frame) -> dict[str, float | None]:
+        out: dict[str, float | None] = dict(frame.extras.rates)
+        for row in frame.summary.stages:
+            out[f"stage:{row.stage}"] = row.p99_ms
+        for c in frame.summary.classes:
+            out[f"class:{c.slo_class}"] = None if c.attainment is None else c.attainment * 100
+        for p in frame.extras.pools:
+            out[f"pool:{p.pool}"] = p.queue_depth
+        for r in frame.extras.routes:
+            out[f"route:{r.route}"] = r.e2e.p99_ms
+        return out
+
+
+def draw(frame: Frame) -> Group:
+    """The rich renderable of a frame."""
+    return render(frame.summary, title=frame.title, errors=frame.errors, extras=frame.extras)
 
 
 def run_top(urls: Sequence[str], slo: SloSettings, *, interval_s: float = 2.0,
-            once: bool = False, console: Console | None = None,
-            optional: bool = False) -> int:
-    """Show the view; return 0, or 1 if ``once`` and no endpoint answered.
+            window_s: float = 30.0, once: bool = False, console: Console | None = None,
+            optional: bool = False, read: Callable[[str], str] = fetch,
+            clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> int:
+    """Show the view until interrupted; return 0, or 1 if ``once`` and no endpoint answered.
 
     Args:
         urls: The ``/metrics`` URLs to read and merge.
         slo: SLO classes and budgets (budgets the endpoints export take precedence).
         interval_s: Seconds between refreshes.
+        window_s: Seconds of the rolling window the figures cover.
         once: Print the totals since start once and return.
         console: Where to print.
         optional: The URLs are guesses (the default ports): those that do not answer are
-            not reported unless none does.
+            not reported as errors unless none does.
+        read: Returns the text of a URL (raises :class:`ScrapeError`).
+        clock: Seconds, for the window.
+        sleep: Waits between refreshes.
     """
     console = console or Console()
-
-    def shown(read: list[str], errors: list[str]) -> list[str]:
-        return [] if optional and read else errors
-
-    scrape, read, errors = scrape_all(urls)
+    state = TopState(urls, slo, window_s=window_s, optional=optional)
+    scrapes, errors = scrape_each(urls, read)
     if once:
-        console.print(render(summarize(scrape, slo), title="since start",
-                             errors=shown(read, errors), sources=read))
-        return 0 if read else 1
-    with Live(render(summarize(scrape, slo), title="since start", errors=shown(read, errors),
-                     sources=read),
-              console=console, refresh_per_second=4, screen=False) as live:
+        console.print(draw(state.frame(merge(scrapes.values()), 0.0, scrapes, errors)))
+        return 0 if scrapes else 1
+    with Live(draw(state.update(clock(), scrapes, errors)), console=console,
+              refresh_per_second=4, screen=False) as live:
         while True:
-            time.sleep(interval_s)
-            current, now_read, errors = scrape_all(urls)
-            steady = now_read == read
-            window = current - scrape if steady else current
-            title = f"last {interval_s:g} s" if steady else "since start"
-            live.update(render(summarize(window, slo), title=title,
-                               errors=shown(now_read, errors), sources=now_read))
-            scrape, read = current, now_read
+            sleep(interval_s)
+            scrapes, errors = scrape_each(urls, read)
+            live.update(draw(state.update(clock(), scrapes, errors)))
