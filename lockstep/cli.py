@@ -394,7 +394,8 @@ def report(ctx: click.Context, metrics: tuple[Path, ...], urls: tuple[str, ...],
     texts, scrapes = collect(metrics, urls, every_s=every_s, for_s=for_s, on_round=progress)
     if save is not None:
         click.echo(f"scrapes saved to {save_log(save, scrapes)}", err=True)
-    sources = ", ".join([*(p.name for p in metrics), *urls])
+    names = [*(p.name for p in metrics), *urls]
+    sources = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     write_report(output, texts, settings.slo, scrapes=scrapes, meta={"metrics": sources})
     click.echo(f"wrote {output}")
 
