@@ -73,7 +73,7 @@ def describe(window: Window) -> InferenceResult:
 
 
 _MIN_SAMPLES = 16
-_CACHED_TAPER = 1 << 16  # longer windows' tapers are computed each time (memory)
+_CACHED_TAPER = 1 << 14  # longer windows' tapers are computed each time (memory)
 
 
 def _frame(video: VideoToken) -> tuple[int, float, tuple[int, int]] | None:
@@ -106,7 +106,7 @@ def _pcm(chunks: Sequence[AudioToken]) -> np.ndarray | None:
     return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=32)
 def _hanning(n: int) -> npt.NDArray[np.float64]:
     """``np.hanning(n)``, computed once per length; read-only."""
     window = np.hanning(n)

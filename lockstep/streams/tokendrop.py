@@ -137,7 +137,9 @@ class _Grid:
     across32: npt.NDArray[np.float32] | None = None
 
 
-_MATMUL_PIXELS = 1 << 16  # above this, reshaped adds beat the 0/1 matrix products
+# Above this many pixels reshaped adds beat the 0/1 matrix products (whose size, cached per
+# frame size, is bounded by a quarter of it).
+_MATMUL_PIXELS = 1 << 16
 
 
 @functools.lru_cache(maxsize=32)
@@ -150,8 +152,8 @@ def _grid(height: int, width: int, patch: int) -> _Grid:
     if height % patch or width % patch:
         count = counts
     squared = count * count
-    if height * width > _MATMUL_PIXELS:
-        return _Grid(patch, count, squared)
+    if height * width > _MATMUL_PIXELS or down.size + across.size > _MATMUL_PIXELS // 4:
+        return _Grid(patch, count, squared)  # large frames, or tiny patches: reshaped adds
     down32, across32 = down.astype(np.float32), across.astype(np.float32)
     for array in (down, across, down32, across32, counts, squared):
         if isinstance(array, np.ndarray):
