@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from lockstep.errors import BrokerError
-from lockstep.htmlreport import write_report
+from lockstep.htmlreport import RunDetail, write_report
 from lockstep.ledger import Ledger
 from lockstep.observer import Observer
 from lockstep.publisher import PublishReport, publish_synthetic
@@ -33,6 +33,7 @@ from lockstep.streams.broker import EmbeddedBroker
 from lockstep.streams.settings import KafkaSettings, Settings
 from lockstep.streams.synthetic import SyntheticConfig
 from lockstep.streams.telemetry import Telemetry
+from lockstep.timeseries import TimedScrape
 from lockstep.topics.schemas import Modality
 from lockstep.verdict import MachineLoad, sla_verdict
 
@@ -100,6 +101,7 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
         "app_id": f"{settings.app_id}-demo-{run_id}",
         "kafka": settings.kafka.model_copy(update={"new_group_offset": "latest"})})
     stream_ids = [f"{prefix}cam{i}" for i in range(options.streams)]
+    scrapes: list[TimedScrape] = []
     observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
     await observer.start()
     progress(f"starting align, route and worker (engine {settings.worker.engine}; a model "
@@ -112,6 +114,8 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
             raise BrokerError("the roles' consumer groups got no partitions within 60 s")
         progress(f"publishing {options.streams} streams for {options.seconds:g} s")
         load_before = os.getloadavg()[0]
+        sampling = (asyncio.create_task(_sample(telemetry, scrapes))
+                    if options.html_report is not None else None)
         # The streams' producer runs in a process of its own, as cameras and microphones
         # would: its work and its pauses are not the pipeline's.
         published = await publish_elsewhere(
@@ -120,6 +124,11 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
             inject_bad=options.inject_bad)
         progress("waiting for the last windows and responses")
         drained = await drain(observer, published, options.drain_s)
+        if sampling is not None:
+            sampling.cancel()
+            await asyncio.gather(sampling, return_exceptions=True)
+        _scrape(telemetry, scrapes)
+        events = list(roles.listener.events) if roles.listener is not None else []
     finally:
         await roles.stop()
         await observer.stop()
@@ -127,12 +136,26 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
                      embedded=embedded, metrics_port=metrics_port,
                      machine=MachineLoad.now(before=load_before))
     if options.html_report is not None:
-        write_report(options.html_report, [generate_latest(telemetry.registry).decode()],
-                     settings.slo, title="Lockstep demo: SLA report",
+        write_report(options.html_report, [], settings.slo, scrapes=scrapes,
+                     detail=RunDetail.of_ledger(observer.ledger, settings.slo, events),
+                     title="Lockstep demo: SLA report",
                      meta={"broker": report["broker"], "streams": str(options.streams),
                            "seconds": str(report["seconds"]), "scenario": options.scenario})
         report["html_report"] = str(options.html_report)
     return report
+
+
+async def _sample(telemetry: Telemetry, scrapes: list[TimedScrape],
+                  every_s: float = 1.0) -> None:
+    """Snapshot the metrics every ``every_s`` (the HTML report's time axis)."""
+    while True:
+        _scrape(telemetry, scrapes)
+        await asyncio.sleep(every_s)
+
+
+def _scrape(telemetry: Telemetry, scrapes: list[TimedScrape]) -> None:
+    scrapes.append(TimedScrape.of_text(generate_latest(telemetry.registry).decode(),
+                                       at=time.time(), source="demo"))
 
 
 async def publish_elsewhere(kafka: KafkaSettings, stream_ids: list[str], seconds: float,
