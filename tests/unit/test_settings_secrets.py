@@ -62,7 +62,7 @@ def test_the_same_holds_for_the_process_environment(monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("environ", [
     {"LOCKSTEP_WORKER__OPENAI__API_KEY": API_KEY, "LOCKSTEP_WORKER__MAX_BATCH": "0"},
-    {"LOCKSTEP_WORKER__OPENAI__API_KEY": API_KEY, "LOCKSTEP_WORKER__ENGINE": "gpt"},
+    {"LOCKSTEP_WORKER__OPENAI__API_KEY": API_KEY, "LOCKSTEP_WORKER__ENGINE": "GPT 4!"},
     {"LOCKSTEP_WORKER__OPENAI__API_KEY": API_KEY,
      "LOCKSTEP_WORKER__DEGRADE_FRACTIONS": "[0.5, 1.0]"},
     {"LOCKSTEP_WORKER__OPENAI__APIKEY": API_KEY},
