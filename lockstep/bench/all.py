@@ -1,8 +1,9 @@
 """``lockstep bench all``: every bench in turn, and BENCHMARKS.md from their output.
 
-The Markdown holds, per bench, the command that produced it, the machine line (cores, CPU,
-load before and during, steal, reference speed) and the bench's own tables, so every
-figure the docs quote can be traced to a run and the state of the machine it ran on.
+The Markdown holds, per bench, the command that produced it and the bench's own rendering,
+which opens with the machine line (cores, CPU, load before and during, busy, steal,
+reference speed): every figure the docs quote can be traced to a run and the state of the
+machine it ran on.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from lockstep.bench.machine import machine_line
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,8 @@ def render_markdown(sections: list[Section], command: str,
         "contenders of one run. docs/bench.md explains every figure.",
     ]
     for section in sections:
+        # The rendering opens with the machine line.
         lines += ["", f"## {section.title}", "", f"Command: `{section.command}`", "",
-                  f"Machine: {machine_line(section.report['machine'])}", "",
                   as_markdown(section.render(section.report, markdown=True))]
     return "\n".join(lines) + "\n"
 

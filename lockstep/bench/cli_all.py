@@ -49,7 +49,8 @@ def _run(args: list[str]) -> dict[str, Any]:
 @click.command("all")
 @bootstrap_option
 @click.option("--markdown", is_flag=True,
-              help="Write the results as Markdown to --output instead of printing them.")
+              help="Write the results as Markdown to --output (and every report as JSON next "
+                   "to it, same name with .json) instead of printing them.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("BENCHMARKS.md"), show_default=True,
               help="Where --markdown writes.")
@@ -62,7 +63,8 @@ def all_command(bootstrap: str | None, markdown: bool, output: Path, quick: bool
     """Run every bench (align, batching, pipeline with --overload, the demo shape).
 
     Each runs as its own `lockstep bench ... --json` process, one after the other. With
-    --markdown the results go to BENCHMARKS.md with each command and machine line.
+    --markdown the results go to BENCHMARKS.md with each command and machine line, and the
+    full reports to BENCHMARKS.json.
     """
     from lockstep.bench.all import Section, command_line, render_markdown
     from lockstep.bench.pipeline.render import render_pipeline
@@ -83,4 +85,7 @@ def all_command(bootstrap: str | None, markdown: bool, output: Path, quick: bool
                  *(["--quick"] if quick else []), *(["--soak", f"{soak:g}"] if soak else [])]
         me = command_line(["lockstep", "bench", "all", "--markdown", *flags])
         output.write_text(render_markdown(sections, me), encoding="utf-8")
-        click.echo(f"wrote {output}")
+        reports = {s.command: s.report for s in sections}
+        output.with_suffix(".json").write_text(json.dumps(reports, indent=1) + "\n",
+                                               encoding="utf-8")
+        click.echo(f"wrote {output} and {output.with_suffix('.json')}")

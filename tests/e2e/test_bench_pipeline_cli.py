@@ -86,3 +86,17 @@ def test_pipeline_bench_prints_a_table_without_json() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "capacity:" in out and "at half capacity" in out and "limit: raw" in out
+
+
+def test_pipeline_bench_runs_on_apache_kafka_when_a_bootstrap_is_given(
+        apache_kafka: str) -> None:
+    result = lockstep("bench", "pipeline", "--json", "--bootstrap", apache_kafka,
+                      "--step-seconds", "3", "--max-streams", "1", "--raw-records", "2000",
+                      timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["broker"] == "kafka" and set(report["roles"]) == ROLES
+    assert report["steps"][0]["tokens_published"] > 0
+    assert report["passthrough"]["arrived"] == 2000
+    # The bench's own groups and raw topics: nothing of it is left on the cluster's roles.
+    assert "broker" not in report["half_capacity"]["cpu_ms_per_token"]

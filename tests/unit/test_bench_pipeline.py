@@ -178,6 +178,14 @@ def test_pipeline_text_names_capacity_stages_limit_overload_and_soak() -> None:
         assert part in text, part
 
 
+def test_pipeline_text_says_so_when_not_even_one_stream_held() -> None:
+    report = _pipeline_report()
+    report["capacity_streams"] = 0
+    text = render_pipeline(report)
+    assert "capacity: 0 streams (not even the smallest step held" in text
+    assert "pipeline at capacity / raw: - (no capacity)" in text
+
+
 def test_benchmarks_markdown_carries_each_command_and_machine_line() -> None:
     report = _pipeline_report()
     section = Section("bench pipeline", "lockstep bench pipeline --overload", report,
@@ -187,7 +195,7 @@ def test_benchmarks_markdown_carries_each_command_and_machine_line() -> None:
     assert text.startswith("# Benchmarks\n")
     assert "`lockstep bench all --markdown` on 2026-01-02 03:04 UTC" in text
     assert "## bench pipeline" in text and "Command: `lockstep bench pipeline --overload`" in text
-    assert "Machine: 2 cores (2 usable), X" in text
+    assert "machine: 2 cores (2 usable), X" in text and text.count("machine:") == 1
     assert "| streams | tokens/s |" in text
 
 

@@ -148,9 +148,17 @@ class Child:
         return (await self.wait_for_line(_METRICS_LINE, timeout_s)).group(1)
 
     async def wait(self, timeout_s: float | None = None) -> int:
-        """Wait for the exit; return the exit code (stdout is then in :attr:`stdout`)."""
+        """Wait for the exit; return the exit code (stdout is then in :attr:`stdout`).
+
+        Raises:
+            BenchProcessError: The process did not exit within ``timeout_s``.
+        """
         assert self.proc is not None
-        code = await asyncio.wait_for(self.proc.wait(), timeout_s)
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), timeout_s)
+        except TimeoutError:
+            raise BenchProcessError(f"{self.label} did not finish within {timeout_s:.0f} s: "
+                                    f"{self.tail()}") from None
         if self._out is not None:
             self.stdout = await self._out
         if self._reader is not None:

@@ -44,7 +44,8 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
                    _step_rows(report["steps"]), markdown=markdown)
     cap = report["capacity_streams"]
     lines += ["", f"capacity: {cap} streams ({value(ratios['tokens_per_s_at_capacity'], 'rate')}"
-                  " tokens/s)"]
+                  " tokens/s)" if cap else
+              "capacity: 0 streams (not even the smallest step held; see why above)"]
     half = report["half_capacity"]
     span = half["span"]
     lines += ["", f"at half capacity ({half['streams']} streams, attainment "
@@ -60,7 +61,8 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
         lines += ["", f"limit: raw consume->produce over {raw['hops']} hops (aiokafka, same "
                       f"broker): {value(raw['records_per_s'], 'rate')} records/s, hops "
                       f"{value(raw['hop_cpu_ms_per_record'], 'f')} CPU ms per record",
-                  f"pipeline at capacity / raw: {value(ratios['pipeline_vs_passthrough'], 'x')}"]
+                  "pipeline at capacity / raw: "
+                  + (value(ratios["pipeline_vs_passthrough"], "x") if cap else "- (no capacity)")]
     over = report.get("overload")
     if over:
         rec = over["recovery_s"]
