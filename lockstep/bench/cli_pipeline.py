@@ -37,23 +37,28 @@ def _config(ctx: click.Context) -> Path | None:
 @click.option("--soak", "soak_seconds", default=0.0, show_default=True,
               type=click.FloatRange(0, 86400), metavar="SECONDS",
               help="Also run half capacity this long and report every role's RSS over time.")
+@click.option("--confirm", default=3, show_default=True, type=click.IntRange(1, 9),
+              help="Runs of the capacity step (most must hold) before the capacity is final.")
 @click.option("--raw-records", default=50_000, show_default=True,
               type=click.IntRange(1000, 10_000_000),
               help="Records of the raw pass-through that measures the limit.")
+@click.option("--raw-repeats", default=3, show_default=True, type=click.IntRange(1, 9),
+              help="Raw pass-through runs, interleaved with the pipeline's steps.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step_seconds: float,
                      start_streams: int, max_streams: int, target: float, overload: bool,
-                     overload_seconds: float, soak_seconds: float, raw_records: int,
-                     as_json: bool) -> None:
+                     overload_seconds: float, soak_seconds: float, confirm: int,
+                     raw_records: int, raw_repeats: int, as_json: bool) -> None:
     """Find the most streams the pipeline holds at the SLO, and what each role costs.
 
     Starts one process per role (align, route, one worker per pool; reference engine) on
     the embedded broker, or on the Kafka cluster at --bootstrap, and ramps synthetic
     streams (132 tokens/s each, producers in their own processes) until a step of
-    --step-seconds misses the SLO target. Reports the capacity, per-stage P50/P99 and CPU
-    ms per token per role at half capacity, and the raw consume->produce limit of the same
-    client and broker with the ratio. See docs/bench.md.
+    --step-seconds misses the SLO target; the capacity found is run --confirm times. Reports
+    the capacity, per-stage P50/P99 and CPU ms per token per role at half capacity, and the
+    raw consume->produce limit of the same client and broker (--raw-repeats runs,
+    interleaved) with the ratio. See docs/bench.md.
     """
     from lockstep.bench.pipeline.demo_shape import run_demo_shape
     from lockstep.bench.pipeline.render import render_pipeline
@@ -65,7 +70,8 @@ def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step
                               max_streams=max_streams, target=target, overload=overload,
                               overload_seconds=overload_seconds,
                               recover_seconds=overload_seconds, soak_seconds=soak_seconds,
-                              passthrough_records=raw_records)
+                              confirm=confirm, passthrough_records=raw_records,
+                              passthrough_repeats=raw_repeats)
     if shape == "demo":
         report = run_async(run_demo_shape(options, _config(ctx),
                                           settings.kafka.bootstrap_servers))

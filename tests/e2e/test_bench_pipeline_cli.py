@@ -21,8 +21,8 @@ ROLES = {"align", "route", "worker:vl", "worker:text"}
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
     result = lockstep("bench", "pipeline", "--json", "--step-seconds", "3", "--max-streams",
-                      "2", "--raw-records", "3000", "--overload", "--overload-seconds", "3",
-                      "--soak", "8", timeout=600)
+                      "2", "--confirm", "1", "--raw-records", "3000", "--raw-repeats", "2",
+                      "--overload", "--overload-seconds", "3", "--soak", "8", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     parsed: dict[str, Any] = json.loads(result.stdout)
     return parsed
@@ -63,10 +63,15 @@ def test_pipeline_bench_reports_stages_and_cpu_per_token_at_half_capacity(
 
 def test_pipeline_bench_measures_the_raw_limit_and_the_ratio(report: dict[str, Any]) -> None:
     raw = report["passthrough"]
-    assert raw["arrived"] == raw["records"] == 3000 and raw["records_per_s"] > 0
-    ratios = report["ratios"]
-    assert ratios["pipeline_vs_passthrough"] is None or ratios["pipeline_vs_passthrough"] > 0
-    assert ratios["tokens_per_s_at_capacity"] >= 0
+    assert raw["arrived"] == raw["records"] == 3000 and raw["repetitions"] == 2
+    assert raw["records_per_s"]["n"] == 2 and raw["records_per_s"]["min"] > 0
+    ratio = report["ratios"]["pipeline_vs_passthrough"]
+    if report["capacity_streams"]:
+        assert ratio["n"] == 2 and ratio["min"] > 0
+        assert report["capacity_runs"]["runs"] >= 1
+    else:
+        assert ratio is None
+    assert report["ratios"]["tokens_per_s_at_capacity"] >= 0
 
 
 def test_pipeline_bench_reports_overload_and_soak(report: dict[str, Any]) -> None:
@@ -82,7 +87,8 @@ def test_pipeline_bench_reports_overload_and_soak(report: dict[str, Any]) -> Non
 
 def test_pipeline_bench_prints_a_table_without_json() -> None:
     result = lockstep("bench", "pipeline", "--step-seconds", "2", "--max-streams", "1",
-                      "--raw-records", "2000", timeout=600)
+                      "--confirm", "1", "--raw-records", "2000", "--raw-repeats", "1",
+                      timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "capacity:" in out and "at half capacity" in out and "limit: raw" in out
@@ -91,8 +97,8 @@ def test_pipeline_bench_prints_a_table_without_json() -> None:
 def test_pipeline_bench_runs_on_apache_kafka_when_a_bootstrap_is_given(
         apache_kafka: str) -> None:
     result = lockstep("bench", "pipeline", "--json", "--bootstrap", apache_kafka,
-                      "--step-seconds", "3", "--max-streams", "1", "--raw-records", "2000",
-                      timeout=600)
+                      "--step-seconds", "3", "--max-streams", "1", "--confirm", "1",
+                      "--raw-records", "2000", "--raw-repeats", "1", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["broker"] == "kafka" and set(report["roles"]) == ROLES

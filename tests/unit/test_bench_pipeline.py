@@ -15,14 +15,17 @@ from lockstep.bench.pipeline.passthrough import sustained_rate
 from lockstep.bench.pipeline.procs import parse_stat
 from lockstep.bench.pipeline.ramp import (
     Step,
+    aggregate,
     capacity,
     held,
     next_streams,
+    plan_next,
     recovery_seconds,
     rss_growth,
 )
 from lockstep.bench.pipeline.render import render_pipeline
 from lockstep.bench.pipeline.steps import split
+from lockstep.bench.stats import spread_json
 from lockstep.metrics_view import parse
 from lockstep.streams.settings import SloSettings
 from lockstep.streams.telemetry import Telemetry
@@ -158,8 +161,13 @@ def _pipeline_report() -> dict[str, Any]:
         "machine": machine, "warmup_s": 6.0, "idle_cpu_ms_per_s": {"align": 5.0},
         "steps": [step, failed], "capacity_streams": 2,
         "half_capacity": {**step, "streams": 1, "cpu_ms_per_token": {"align": 0.5}},
-        "passthrough": {"hops": 3, "records_per_s": 5000.0, "hop_cpu_ms_per_record": 0.2},
-        "ratios": {"tokens_per_s_at_capacity": 264.0, "pipeline_vs_passthrough": 0.0528,
+        "capacity_runs": {"runs": 3, "held": 2, "attainment": spread_json([0.995, 0.99, 0.98]),
+                          "tokens_per_s": spread_json([264.0] * 3)},
+        "passthrough": {"hops": 3, "repetitions": 3,
+                        "records_per_s": spread_json([5000.0, 4800.0, 5200.0]),
+                        "hop_cpu_ms_per_record": spread_json([0.2, 0.2, 0.2])},
+        "ratios": {"tokens_per_s_at_capacity": 264.0,
+                   "pipeline_vs_passthrough": spread_json([0.0528, 0.055, 0.0508]),
                    "cpu_ms_per_token_roles_at_half": 0.5},
         "overload": {"streams": 4, "then_streams": 1, "overload_end_s": 22.0,
                      "attainment_during": 0.93, "answered_during": 2000, "expired_during": 5,
@@ -172,9 +180,10 @@ def _pipeline_report() -> dict[str, Any]:
 
 def test_pipeline_text_names_capacity_stages_limit_overload_and_soak() -> None:
     text = render_pipeline(_pipeline_report())
-    for part in ("capacity: 2 streams", "at half capacity", "limit: raw consume->produce",
-                 "0.05x", "back at target after 2 s", "route 20.0 % NOT FLAT", "machine:",
-                 "no: SLO attainment 90.00 % < 99 %"):
+    for part in ("capacity: 2 streams", "held in 2 of 3 runs", "at half capacity",
+                 "limit: raw consume->produce", "5,000 (4,800-5,200) records/s",
+                 "0.05x (0.05-0.06)", "back at target after 2 s", "route 20.0 % NOT FLAT",
+                 "machine:", "no: SLO attainment 90.00 % < 99 %"):
         assert part in text, part
 
 
@@ -222,3 +231,42 @@ def test_demo_shape_text_names_its_capacity_and_why_a_step_failed() -> None:
                             "marginal_cpu_ms_per_token": 1.4})
     assert "capacity: 1 streams; marginal CPU 1.4 ms per token" in text
     assert "no: SLO attainment 90.00 % < 99 %" in text
+
+
+def _confirmed_search(outcomes: dict[int, list[bool]], confirm: int = 3) -> list[int]:
+    """Stream counts tried when each count's successive runs hold as in ``outcomes``."""
+    history: list[Step] = []
+    seen: dict[int, int] = {}
+    while (n := plan_next(history, 1, 64, confirm)) is not None:
+        i = seen.get(n, 0)
+        seen[n] = i + 1
+        history.append(Step(n, outcomes[n][i]))
+    return [s.streams for s in history]
+
+
+def test_the_capacity_found_is_run_again_until_confirmed() -> None:
+    steady = {n: [n <= 3] * 3 for n in range(1, 9)}
+    assert _confirmed_search(steady) == [1, 2, 4, 3, 3, 3]
+    history = [Step(n, n <= 3) for n in _confirmed_search(steady)]
+    assert capacity(aggregate(history)) == 3
+
+
+def test_a_lucky_step_at_the_capacity_is_overturned_by_its_repeats() -> None:
+    # 3 held once by luck, then failed twice: the capacity falls back to 2, confirmed.
+    lucky = {1: [True] * 3, 2: [True] * 3, 3: [True, False, False], 4: [False] * 3}
+    tried = _confirmed_search(lucky)
+    assert tried == [1, 2, 4, 3, 3, 3, 2, 2]
+    history = []
+    seen: dict[int, int] = {}
+    for n in tried:
+        seen[n] = seen.get(n, 0) + 1
+        history.append(Step(n, lucky[n][seen[n] - 1]))
+    assert capacity(aggregate(history)) == 2
+
+
+def test_a_tied_count_is_run_again_before_the_search_goes_on() -> None:
+    history = [Step(1, True), Step(2, True), Step(4, False), Step(3, True), Step(3, False)]
+    assert plan_next(history, 1, 64, confirm=3) == 3
+    # Without confirmation a tie counts as not held.
+    assert plan_next(history, 1, 64, confirm=1) is None
+    assert capacity(aggregate(history)) == 2

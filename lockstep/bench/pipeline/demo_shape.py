@@ -94,15 +94,15 @@ async def run_demo_shape(options: PipelineOptions, config: Path | None,
     with MachineWatch() as watch:
         watch.reference()
         limit = min(options.max_streams, 64)  # the demo's own bound on --streams
-        while (n := ramp.next_streams([s for s, _ in steps], options.start_streams,
-                                      limit)) is not None:
+        while (n := ramp.plan_next([s for s, _ in steps], options.start_streams, limit,
+                                   options.confirm)) is not None:
             report = await demo_step(n, options, env, bootstrap)
             log.info("demo step %d streams: %s", n, "held" if report["held"] else report["why"])
             steps.append((ramp.Step(n, report["held"], report["why"]), report))
         watch.reference()
     return {"shape": "demo", "options": {"step_seconds": options.step_seconds,
-                                         "target": options.target},
+                                         "target": options.target, "confirm": options.confirm},
             "steps": [r for _, r in steps],
-            "capacity_streams": ramp.capacity([s for s, _ in steps]),
+            "capacity_streams": ramp.capacity(ramp.aggregate([s for s, _ in steps])),
             "marginal_cpu_ms_per_token": marginal_cpu_ms([r for _, r in steps]),
             "machine": watch.report()}

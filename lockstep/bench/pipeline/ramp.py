@@ -7,10 +7,15 @@ step fails, then bisects between the largest held count below the smallest faile
 that failed one, down to a resolution of one stream (or an eighth of the count, for large
 counts). Capacity is that largest held count below the smallest failure (0 when even the
 first step failed at one stream).
+
+A count tried several times is held when most of its runs held (:func:`aggregate`);
+:func:`plan_next` runs the capacity found ``confirm`` times in all (and breaks ties) before
+it is final, so one lucky or unlucky step on a noisy machine does not set it.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,6 +80,37 @@ def next_streams(history: Sequence[Step], start: int = 1, limit: int = 256) -> i
         return None
     nxt = (lo + hi) // 2
     return None if nxt in tried else nxt
+
+
+def aggregate(history: Sequence[Step]) -> list[Step]:
+    """One step per stream count, held when more than half of its runs held."""
+    runs: dict[int, list[Step]] = {}
+    for step in history:
+        runs.setdefault(step.streams, []).append(step)
+    return [Step(n, sum(s.held for s in group) * 2 > len(group),
+                 "; ".join(dict.fromkeys(s.why for s in group if s.why)))
+            for n, group in sorted(runs.items())]
+
+
+def plan_next(history: Sequence[Step], start: int = 1, limit: int = 256,
+              confirm: int = 1) -> int | None:
+    """The stream count to run next, with repeated runs at the capacity; None when known.
+
+    A count whose runs are tied is run again (up to ``confirm`` runs); once the search
+    has converged, the capacity it found runs until it has ``confirm`` runs, which may
+    overturn it and resume the search below.
+    """
+    runs = Counter(s.streams for s in history)
+    held_runs = Counter(s.streams for s in history if s.held)
+    for n in sorted(runs):
+        if held_runs[n] * 2 == runs[n] and runs[n] < confirm:
+            return n
+    summary = aggregate(history)
+    nxt = next_streams(summary, start, limit)
+    if nxt is not None:
+        return nxt
+    found = capacity(summary)
+    return found if found and runs[found] < confirm else None
 
 
 def recovery_seconds(timeline: Sequence[tuple[float, float | None, float]], overload_end: float,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lockstep.bench.fmt import table, value
+from lockstep.bench.fmt import spread_cell, table, value
 from lockstep.bench.machine import machine_line
 
 
@@ -43,8 +43,11 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
     lines += table(["streams", "tokens/s", "attainment", "e2e p99", "answered", "held"],
                    _step_rows(report["steps"]), markdown=markdown)
     cap = report["capacity_streams"]
+    runs = report.get("capacity_runs")
+    confirmed = (f", held in {runs['held']} of {runs['runs']} runs at {cap} streams "
+                 f"(attainment {spread_cell(runs['attainment'], 'pct')})" if runs else "")
     lines += ["", f"capacity: {cap} streams ({value(ratios['tokens_per_s_at_capacity'], 'rate')}"
-                  " tokens/s)" if cap else
+                  f" tokens/s){confirmed}" if cap else
               "capacity: 0 streams (not even the smallest step held; see why above)"]
     half = report["half_capacity"]
     span = half["span"]
@@ -59,10 +62,12 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
     raw = report.get("passthrough")
     if raw:
         lines += ["", f"limit: raw consume->produce over {raw['hops']} hops (aiokafka, same "
-                      f"broker): {value(raw['records_per_s'], 'rate')} records/s, hops "
-                      f"{value(raw['hop_cpu_ms_per_record'], 'f')} CPU ms per record",
+                      f"broker, {raw['repetitions']} runs interleaved with the steps): "
+                      f"{spread_cell(raw['records_per_s'], 'rate')} records/s, hops "
+                      f"{spread_cell(raw['hop_cpu_ms_per_record'], 'f')} CPU ms per record",
                   "pipeline at capacity / raw: "
-                  + (value(ratios["pipeline_vs_passthrough"], "x") if cap else "- (no capacity)")]
+                  + (spread_cell(ratios["pipeline_vs_passthrough"], "x") if cap
+                     else "- (no capacity)")]
     over = report.get("overload")
     if over:
         rec = over["recovery_s"]

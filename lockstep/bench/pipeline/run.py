@@ -2,14 +2,17 @@
 
 1. The cluster starts (:mod:`.cluster`); the roles' idle CPU is measured for a few
    seconds; one stream warms the pipeline up until its first responses arrive.
-2. Steps of ``step_seconds`` at stream counts chosen by :mod:`.ramp` until the capacity
-   is known: the most streams held at the SLO target.
+2. The raw pass-through (:mod:`.passthrough`), the first of ``passthrough_repeats``;
+   then steps of ``step_seconds`` at stream counts chosen by :mod:`.ramp` until the
+   capacity is known (the most streams held at the SLO target, confirmed ``confirm``
+   times), and the second pass-through.
 3. A step at half capacity: the per-stage P50/P99 and the CPU per token the docs quote.
 4. ``--overload``: twice the capacity for ``overload_seconds`` (half of it keeps going for
    ``recover_seconds`` more), the metrics scraped every second: attainment during the
    overload and the seconds until it is back at the target.
 5. ``--soak``: half capacity for that long, every role's RSS sampled over time.
-6. The roles stop; the raw pass-through (:mod:`.passthrough`) runs on the same broker.
+6. The remaining pass-throughs, on the same broker, the roles idle as during the first:
+   the ratio of the pipeline to the limit is taken once per pass-through.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from lockstep.bench.pipeline.cluster import Cluster
 from lockstep.bench.pipeline.metrics import degraded, e2e_count, per_second, scrape
 from lockstep.bench.pipeline.passthrough import measure_passthrough
 from lockstep.bench.pipeline.steps import TOKENS_PER_STREAM_S, Load, Sampled, run_load
+from lockstep.bench.stats import divide, spread_json
 from lockstep.errors import BrokerError
 from lockstep.streams.settings import Settings
 
@@ -45,7 +49,11 @@ class PipelineOptions:
     overload_seconds: float = 20.0
     recover_seconds: float = 20.0
     soak_seconds: float = 0.0
+    #: Runs of the capacity step (and of a tied count) before the capacity is final.
+    confirm: int = 3
     passthrough_records: int = 50_000
+    #: Raw pass-through repetitions, interleaved with the pipeline's phases.
+    passthrough_repeats: int = 3
     streams_per_producer: int = 16
     drain_s: float = 15.0
     warmup_timeout_s: float = 90.0
@@ -65,10 +73,14 @@ async def run_pipeline_bench(settings: Settings, options: PipelineOptions,
             out["roles"] = list(cluster.roles)
             out["idle_cpu_ms_per_s"] = await _idle_cpu(cluster, options.idle_seconds)
             out["warmup_s"] = await _warm_up(cluster, options)
+            raw = [await _passthrough(cluster, options, 0)]
             steps = await _ramp(cluster, options)
-            capacity = ramp.capacity([s for s, _ in steps])
+            capacity = ramp.capacity(ramp.aggregate([s for s, _ in steps]))
             out["steps"] = [r for _, r in steps]
             out["capacity_streams"] = capacity
+            out["capacity_runs"] = _capacity_runs(out["steps"], capacity)
+            if options.passthrough_repeats > 1:
+                raw.append(await _passthrough(cluster, options, 1))
             half = max(1, capacity // 2)
             await settle(cluster, options)
             half_report, _ = await run_load(cluster, [_load(options, half, options.step_seconds,
@@ -81,10 +93,9 @@ async def run_pipeline_bench(settings: Settings, options: PipelineOptions,
                 await settle(cluster, options)
                 out["soak"] = await _soak(cluster, options, half)
             watch.reference()
-            await cluster.stop_roles()
-            out["passthrough"] = await measure_passthrough(
-                cluster.settings.kafka, cluster.run_id, cluster.settings.topics.media_partitions,
-                options.passthrough_records)
+            for i in range(2, options.passthrough_repeats):
+                raw.append(await _passthrough(cluster, options, i))
+            out["passthrough"] = _raw_summary(raw)
             watch.reference()
         finally:
             await cluster.stop()
@@ -96,6 +107,35 @@ async def run_pipeline_bench(settings: Settings, options: PipelineOptions,
 def _load(options: PipelineOptions, streams: int, seconds: float, tag: str,
           delay_s: float = 0.0) -> Load:
     return Load(streams, seconds, tag, options.streams_per_producer, delay_s)
+
+
+async def _passthrough(cluster: Cluster, options: PipelineOptions, index: int
+                       ) -> dict[str, Any]:
+    """One raw pass-through on the cluster's broker (the roles idle meanwhile)."""
+    settings = cluster.settings
+    return await measure_passthrough(settings.kafka, f"{cluster.run_id}-{index}",
+                                     settings.topics.media_partitions,
+                                     options.passthrough_records)
+
+
+def _raw_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    first = runs[0]
+    return {"hops": first["hops"], "records": first["records"],
+            "partitions": first["partitions"], "repetitions": len(runs),
+            "arrived": min(r["arrived"] for r in runs),
+            "records_per_s": spread_json(r["records_per_s"] for r in runs),
+            "hop_cpu_ms_per_record": spread_json(r["hop_cpu_ms_per_record"] for r in runs),
+            "runs": runs}
+
+
+def _capacity_runs(steps: list[dict[str, Any]], capacity: int) -> dict[str, Any] | None:
+    at = [s for s in steps if s["streams"] == capacity]
+    if not at:
+        return None
+    return {"runs": len(at), "held": sum(s["held"] for s in at),
+            "attainment": spread_json(s["span"]["attainment"] for s in at),
+            "tokens_per_s": spread_json(s["tokens_per_s"] for s in at),
+            "e2e_p99_ms": spread_json(s["span"]["e2e_p99_ms"] for s in at)}
 
 
 async def _idle_cpu(cluster: Cluster, seconds: float) -> dict[str, float | None]:
@@ -128,8 +168,8 @@ async def _warm_up(cluster: Cluster, options: PipelineOptions) -> float:
 async def _ramp(cluster: Cluster, options: PipelineOptions
                 ) -> list[tuple[ramp.Step, dict[str, Any]]]:
     steps: list[tuple[ramp.Step, dict[str, Any]]] = []
-    while (n := ramp.next_streams([s for s, _ in steps], options.start_streams,
-                                  options.max_streams)) is not None:
+    while (n := ramp.plan_next([s for s, _ in steps], options.start_streams,
+                               options.max_streams, options.confirm)) is not None:
         settled = await settle(cluster, options)
         report, _ = await run_load(cluster, [_load(options, n, options.step_seconds,
                                                    f"s{len(steps)}n{n}")],
@@ -208,15 +248,18 @@ def _rss(sampled: Sampled) -> dict[str, Any]:
 
 
 def _ratios(out: dict[str, Any], capacity: int) -> dict[str, Any]:
-    raw = (out.get("passthrough") or {}).get("records_per_s")
-    held = [s for s in out.get("steps", []) if s["held"] and s["streams"] == capacity]
-    tokens_per_s = held[0]["tokens_per_s"] if held else capacity * TOKENS_PER_STREAM_S
+    runs = out.get("capacity_runs")
+    tokens_per_s = (runs["tokens_per_s"]["median"] if runs and runs["tokens_per_s"]
+                    else capacity * TOKENS_PER_STREAM_S)
     ref = (out["machine"].get("reference_units_per_cpu_s") or {}).get("median")
     half = out.get("half_capacity", {}).get("cpu_ms_per_token", {})
     roles = [v for k, v in half.items() if v is not None and k not in ("producers", "broker")]
+    raw = [r["records_per_s"] for r in (out.get("passthrough") or {}).get("runs", [])]
     return {
         "tokens_per_s_at_capacity": tokens_per_s,
-        "pipeline_vs_passthrough": tokens_per_s / raw if raw and tokens_per_s else None,
+        # One ratio per raw repetition, against the capacity's median tokens/s.
+        "pipeline_vs_passthrough": spread_json(
+            divide(tokens_per_s, r) if capacity else None for r in raw),
         "capacity_tokens_per_reference_unit": tokens_per_s / ref if ref else None,
         "cpu_ms_per_token_roles_at_half": round(sum(roles), 4) if roles else None,
     }
