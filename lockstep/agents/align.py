@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 from aiokafka import TopicPartition
 
+from lockstep.agents.memory import MemoryTrimmer
 from lockstep.agents.outbox import Outbox, fit_late, send_dead_letter
 from lockstep.agents.readback import Output, partition_of
 from lockstep.agents.source import Record, RoleConsumer
@@ -72,6 +73,7 @@ class AlignAgent:
         self._slo = slo
         self._stale_factor = settings.align.stale_after_budgets
         self._stale: dict[str, int] = {}
+        self.trimmer = MemoryTrimmer()
 
     def bind(self, consumer: RoleConsumer) -> None:
         """Take the consumer whose records this agent acknowledges."""
@@ -197,6 +199,9 @@ class AlignAgent:
         if now_us - self._reported_us > 1_000_000:
             self._reported_us = now_us
             self.report_clocks()
+            streams = self.aligner.stream_count
+            self.telemetry.align_streams.set(streams)
+            self.trimmer.observe(streams)
 
     def backlog(self) -> int:
         """Records between what this task read and the log end, worst media partition.

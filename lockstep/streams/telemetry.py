@@ -124,6 +124,10 @@ class Telemetry:
             "lockstep_e2e_expired", "Requests shed unanswered (they count against the e2e "
             "SLO: the denominator of attainment is lockstep_e2e_latency_seconds_count plus "
             "this).", ["slo_class"], registry=r)
+        self.replay_windows = Counter(
+            "lockstep_replay_windows", "Windows of replayed media answered, by status: kept "
+            "out of the e2e latency, attainment, expired and breach figures, which are about "
+            "live media.", ["slo_class", "status"], registry=r)
         self.slo_breaches = Counter(
             "lockstep_slo_breaches", "Breaches raised: a stage's sliding-window P99 over its "
             "budget for consecutive evaluations (re-announcements not counted).",
@@ -140,6 +144,10 @@ class Telemetry:
         self.align_fps = Gauge(
             "lockstep_align_fps", "Frame rate over streams: effective (captured) and target "
             "(windows emitted; lower while the SLA is at risk).", ["kind"], registry=r)
+        self.align_streams = Gauge(
+            "lockstep_align_streams", "Streams whose state the align role holds (bounded by "
+            "align.max_streams; idle ones are evicted after align.stream_ttl_ms).",
+            registry=r)
         self.clock_offset = Gauge(
             "lockstep_align_clock_offset_ms", "Mean clock offset of a modality against video, "
             "configured or estimated.", ["modality"], registry=r)
@@ -224,6 +232,13 @@ class Telemetry:
             self._slo.observe("e2e", slo_class, SHED_LATENCY_S, monotonic_us())
         with self._lock:
             self._e2e_total += 1
+
+    def replay(self, *, slo_class: str, status: str) -> None:
+        """Count an answered window of replayed media (instead of :meth:`e2e`, :meth:`expired`).
+
+        Its capture time says nothing about the live pipeline's latency.
+        """
+        self.replay_windows.labels(slo_class or self.default_class, status).inc()
 
     def set_queue_capacity(self, pool: str, capacity: int) -> None:
         """Export the bound of ``pool``'s admission queue (alerts compare the depth with it)."""

@@ -1,0 +1,62 @@
+"""Giving memory back to the system after a burst of per-stream state is evicted.
+
+CPython keeps freed objects in its own arenas and glibc keeps freed heap pages, so a
+process that held 50k streams' state stays at its peak RSS after evicting them.
+:class:`MemoryTrimmer` collects garbage and asks glibc to return free pages
+(``malloc_trim``) once many streams have gone, at most once per interval: RSS follows the
+live state down instead of staying at the high-water mark.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import logging
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+class MemoryTrimmer:
+    """Trims the heap after the stream count drops by ``threshold`` from its peak.
+
+    Args:
+        threshold: Streams gone since the last trim that justify another.
+        min_interval_s: Least time between two trims (a collection costs milliseconds).
+    """
+
+    def __init__(self, threshold: int = 1000, min_interval_s: float = 10.0) -> None:
+        self.threshold = threshold
+        self.min_interval_s = min_interval_s
+        self._peak = 0
+        self._last = 0.0
+        self._trim = _malloc_trim()
+        self.trims = 0
+
+    def observe(self, streams: int, now_s: float | None = None) -> bool:
+        """Note the live stream count; trim when enough streams went. Returns whether it did."""
+        now_s = time.monotonic() if now_s is None else now_s
+        self._peak = max(self._peak, streams)
+        if self._peak - streams < self.threshold or now_s - self._last < self.min_interval_s:
+            return False
+        gc.collect()
+        if self._trim is not None:
+            self._trim(0)
+        self._last = now_s
+        self.trims += 1
+        log.info("returned memory after %d streams were evicted", self._peak - streams)
+        self._peak = streams
+        return True
