@@ -6,7 +6,8 @@
     ├── ConfigError                 bad settings or arguments (not retriable)
     ├── RoleCrashed                 an agent failed and took its roles down (restart them)
     ├── MediaError                  a media source or sidecar cannot be read (not retriable)
-    ├── BadInput                    a record that cannot be processed; dead-lettered
+    ├── BadInput                    a record that cannot be processed; dead-lettered with
+    │   │                           a stable :class:`ReasonCode`
     │   ├── DecodeError             not our wire format, wrong version, oversize, bad msgpack
     │   └── SchemaError             decoded, but violates the message contract
     ├── BrokerError                 talking to Kafka failed (retriable unless said otherwise)
@@ -18,6 +19,8 @@
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 
 class LockstepError(Exception):
@@ -40,12 +43,57 @@ class MediaError(LockstepError):
     """A media source or sidecar cannot be opened, decoded or parsed; says what and where."""
 
 
-class BadInput(LockstepError):
-    """A record that no retry can fix; it goes to the dead-letter topic with this reason."""
+class ReasonCode(StrEnum):
+    """Why a record was dead-lettered or went late: stable codes beside the human text.
 
-    def __init__(self, reason: str) -> None:
+    Clients match on these (docs/wire-format.md §9); the text may change between releases.
+    New codes may appear within a wire version: a reader must accept codes it does not know.
+    """
+
+    # Not a Lockstep record (DecodeError)
+    TOMBSTONE = "tombstone"
+    BAD_MAGIC = "bad_magic"
+    BAD_VERSION = "bad_version"
+    UNKNOWN_KIND = "unknown_kind"
+    OVERSIZE = "oversize"
+    BAD_MSGPACK = "bad_msgpack"
+    NOT_A_MAP = "not_a_map"
+    # A record, but not one this topic takes (DecodeError)
+    WRONG_KIND = "wrong_kind"
+    WRONG_TOPIC = "wrong_topic"
+    KEY_MISMATCH = "key_mismatch"
+    # Breaks the contract of its kind (SchemaError)
+    SCHEMA = "schema"
+    # Valid, but unusable (BadInput)
+    BAD_MEDIA = "bad_media"
+    FUTURE_T_US = "future_t_us"
+    OFF_CLOCK = "off_clock"
+    SEQ_JUMP = "seq_jump"
+    WINDOW_TOO_LARGE = "window_too_large"
+    CONTRADICTORY = "contradictory"
+    ENGINE_FAILED = "engine_failed"
+    #: Unusable for a reason without a code of its own (none of Lockstep's paths use it).
+    BAD_INPUT = "bad_input"
+    # Late records (LateToken.code)
+    STALE = "stale"
+    WINDOW_EMITTED = "window_emitted"
+
+
+class BadInput(LockstepError):
+    """A record that no retry can fix; it goes to the dead-letter topic with this reason.
+
+    Args:
+        reason: What is wrong, for people (names the field and the value).
+        code: The stable code clients match on.
+        field: The field that fails, dotted (``values.0``), where one does.
+    """
+
+    def __init__(self, reason: str, code: ReasonCode = ReasonCode.BAD_INPUT,
+                 field: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.code = code
+        self.field = field
 
 
 class DecodeError(BadInput):

@@ -22,14 +22,15 @@ from lockstep.agents.memory import MemoryTrimmer
 from lockstep.agents.outbox import Outbox, fit_late, send_dead_letter
 from lockstep.agents.readback import Output, partition_of
 from lockstep.agents.source import Record, RoleConsumer
-from lockstep.errors import BadInput, DecodeError
+from lockstep.errors import BadInput, ReasonCode
 from lockstep.streams.aligner import HOP_BASE, Aligner, TokenKey
 from lockstep.streams.rate import RateController, effective_fps
 from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
-from lockstep.topics.codec import HEADER_SIZE, TOKEN_KINDS, Kind, decode, peek_kind
+from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind
+from lockstep.topics.edge import decode_token
 from lockstep.topics.schemas import LateToken, Modality, Token, Window
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ class AlignAgent:
             await self._late(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,
                 t_us=token.t_us, watermark_us=now_us - stale_us, at_us=now_us,
-                value_size=len(record.value or b""),
+                value_size=len(record.value or b""), code=ReasonCode.STALE,
                 reason=f"stale: read {(now_us - token.t_us) / 1000:.0f} ms after capture, "
                        f"past the {stale_us / 1000:.0f} ms its window could wait"),
                 [(tp, record.offset)])
@@ -175,7 +176,8 @@ class AlignAgent:
             self._ack(tp, record.offset)
         elif out.rejected:
             self.telemetry.token(token.modality, "deadletter")
-            await self._dead_letter(tp, record, BadInput(out.rejected[0].reason))
+            rejected = out.rejected[0]
+            await self._dead_letter(tp, record, BadInput(rejected.reason, rejected.code))
         elif out.late:
             await self._late(out.late[0], [(tp, record.offset)])
         else:
@@ -268,7 +270,8 @@ class AlignAgent:
                     await send_dead_letter(
                         self.outbox, stage=STAGE, topic=tp.topic, partition=tp.partition,
                         offset=offset, key=window.stream_id.encode(), value=value,
-                        error=BadInput(f"its window {error.reason}"),
+                        error=BadInput(f"its window {error.reason}",
+                                       ReasonCode.WINDOW_TOO_LARGE),
                         on_ack=self._acker([(tp, offset, None)]))
 
     async def _late(self, late: LateToken, settles: list[tuple[TopicPartition, int]]) -> None:
@@ -311,19 +314,7 @@ class AlignAgent:
         return tp
 
     def _decode(self, topic: str, key: bytes | None, value: bytes | None) -> Token:
-        kind = peek_kind(value)
-        if kind not in TOKEN_KINDS:
-            raise DecodeError(f"a {kind.name.lower()} record is not a media token")
-        token = decode(value, max_bytes=self.max_bytes)
-        expected = catalog.MODALITY_OF_TOPIC.get(topic)
-        if expected is None or token.modality is not expected:  # type: ignore[attr-defined]
-            raise DecodeError(f"a {kind.name.lower()} token does not belong on {topic}")
-        stream_id: str = token.stream_id  # type: ignore[attr-defined]
-        if key != stream_id.encode():
-            # Partitioning is by key: a token keyed otherwise would reach another align task
-            # than the rest of its stream and make a second window with the same key.
-            raise DecodeError(f"record key {key!r} is not the token's stream_id {stream_id!r}")
-        return token  # type: ignore[return-value]
+        return decode_token(topic, key, value, max_bytes=self.max_bytes)
 
 
 def _settle(replay: ReplayGuard[TopicPartition], out: Output) -> None:

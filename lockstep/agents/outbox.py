@@ -71,7 +71,7 @@ def dead_letter_record(*, stage: str, topic: str, partition: int, offset: int,
     key_cut = key is not None and len(key) > MAX_KEY_BYTES
     return DeadLetter(
         stage=stage, topic=topic, partition=partition, offset=offset,
-        reason=error.reason[:MAX_REASON_CHARS], error=type(error).__name__,
+        reason=error.reason[:MAX_REASON_CHARS], error=type(error).__name__, code=error.code,
         key=key[:MAX_KEY_BYTES] if key is not None else None, value=payload, at_us=wall_us(),
         value_size=size, value_sha256=digest, truncated=cut or key_cut)
 

@@ -20,7 +20,7 @@ from lockstep.agents.outbox import Outbox, send_dead_letter, wall_us
 from lockstep.agents.readback import Output
 from lockstep.agents.replaykeys import settle_keys
 from lockstep.agents.source import Record, RoleConsumer
-from lockstep.errors import BadInput
+from lockstep.errors import BadInput, ReasonCode
 from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.router import Router
 from lockstep.streams.settings import Settings
@@ -100,7 +100,8 @@ class RouteAgent:
             window = decode_as(Window, record.value, max_bytes=self.max_bytes)
             contradiction = self.router.contradiction(window)
             if contradiction is not None:
-                raise BadInput(f"contradictory window: {contradiction}")
+                raise BadInput(f"contradictory window: {contradiction}",
+                               ReasonCode.CONTRADICTORY)
         except BadInput as error:
             await send_dead_letter(self.outbox, stage=STAGE, topic=tp.topic,
                                    partition=tp.partition, offset=offset, key=record.key,
@@ -138,13 +139,15 @@ class RouteAgent:
     async def _answer(self, window: Window, route: str, received: int,
                       acked: Callable[[], None], *, status: str, reason: str = "",
                       detail: str = "") -> None:
+        responded = wall_us()
         response = Response(
             stream_id=window.stream_id, window_seq=window.window_seq, route=route,
             pool="", engine="none", slo_class=window.slo_class, output="", scores={},
             missing=window.missing, deadline_us=window.timeline.capture_us,
             timeline=window.timeline.model_copy(update={"routed_us": received,
-                                                        "responded_us": wall_us()}),
-            status=status, reason=reason, detail=detail)  # type: ignore[arg-type]
+                                                        "responded_us": responded}),
+            status=status, reason=reason, detail=detail,  # type: ignore[arg-type]
+            e2e_us=responded - window.timeline.capture_us)
         if status == "expired":
             self.telemetry.expired(slo_class=window.slo_class)
         await self.outbox.send_record(catalog.RESPONSES, window.stream_id.encode(), response,

@@ -30,7 +30,7 @@ from lockstep.engines.latency import LatencyModel, LatencyPrior
 from lockstep.engines.registry import create_engine
 from lockstep.engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
 from lockstep.engines.worker import build_response
-from lockstep.errors import BadInput
+from lockstep.errors import BadInput, ReasonCode
 from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
@@ -144,7 +144,7 @@ class WorkerAgent:
             if isinstance(outcome.result, ItemFailure):
                 await self._dead_letter(outcome.handle, BadInput(
                     f"engine {self.engine.name} failed on this request: "
-                    f"{outcome.result.reason}"))
+                    f"{outcome.result.reason}", ReasonCode.ENGINE_FAILED))
                 continue
             response = build_response(outcome, self.engine.name)
             await self._respond(outcome.request, response, outcome.handle)
@@ -168,7 +168,8 @@ class WorkerAgent:
     async def _respond(self, request: Request, response: Response, record: Record) -> None:
         sent = wall_us()
         response = response.model_copy(
-            update={"timeline": response.timeline.model_copy(update={"responded_us": sent})})
+            update={"timeline": response.timeline.model_copy(update={"responded_us": sent}),
+                    "e2e_us": sent - response.timeline.capture_us})
         budget_s = self.settings.slo.budget_ms(response.slo_class) / 1000.0
         expired = response.status == "expired"
         ack = self._acker(record)

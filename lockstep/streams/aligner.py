@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from lockstep.errors import ReasonCode
 from lockstep.streams.alignplan import HOP_BASE, Planner, with_frame
 from lockstep.streams.alignstate import DENSE, AlignOutput, Plan, Rejected, Stream, TokenKey
 from lockstep.streams.alignstreams import StreamTable
@@ -159,7 +160,8 @@ class Aligner:
         if t_us > now_us + self.max_future_us:
             out.rejected.append(Rejected(
                 TokenKey(stream_id, m, seq),
-                f"t_us {t_us} is more than {self.max_future_us} µs in the future"))
+                f"t_us {t_us} is more than {self.max_future_us} µs in the future",
+                ReasonCode.FUTURE_T_US))
             return out
         st = self._streams.get(stream_id)
         if st is None:
@@ -175,7 +177,7 @@ class Aligner:
             return out
         reason = self._guard.check(st.clocks[m], st.offclock, m, seq, t_us)
         if reason is not None:
-            out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason))
+            out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason, self._guard.code))
             return out
         item = Item.of(self._timebase.correct(st, token, now_us,
                                               learn_lag=not self._catching_up), token, now_us)
@@ -183,7 +185,8 @@ class Aligner:
         if closed is not None and item.own < closed:
             out.late.append(LateToken(
                 stream_id=stream_id, modality=m, seq=seq, t_us=t_us, watermark_us=closed,
-                reason="window already emitted", at_us=now_us, value=raw))
+                reason="window already emitted", at_us=now_us, value=raw,
+                code=ReasonCode.WINDOW_EMITTED))
             # It still trained its clock, which can change the next window's plan.
             st.pending, st.plan, st.wake_us, self._wake_us = None, None, 0, 0
             if m is Modality.OCR:

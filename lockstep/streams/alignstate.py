@@ -10,6 +10,7 @@ import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
+from lockstep.errors import ReasonCode
 from lockstep.streams.clock import CaptureClock, ClockLag, LagFloor
 from lockstep.streams.matching import Item
 from lockstep.topics.schemas import LateToken, Modality, Window
@@ -34,6 +35,7 @@ class Rejected:
 
     key: TokenKey
     reason: str
+    code: ReasonCode = ReasonCode.BAD_INPUT
 
 
 class AlignOutput:

@@ -9,6 +9,7 @@ but not with the old fit, and the clock restarts from them.
 
 from __future__ import annotations
 
+from lockstep.errors import ReasonCode
 from lockstep.streams.clock import CaptureClock
 from lockstep.topics.schemas import Modality
 
@@ -38,6 +39,8 @@ class ClockGuard:
         self.max_error_us = max_error_us
         self.max_seq_jump = max_seq_jump
         self.rebase_after = rebase_after
+        #: The code of the last reason :meth:`check` returned (``seq_jump`` or ``off_clock``).
+        self.code = ReasonCode.OFF_CLOCK
 
     def check(self, clock: CaptureClock, runs: dict[Modality, list[tuple[int, int]]],
               modality: Modality, seq: int, t_us: int) -> str | None:
@@ -89,6 +92,7 @@ class ClockGuard:
         if line is None:
             if last is None or abs(seq - last) <= self.max_seq_jump:
                 return None
+            self.code = ReasonCode.SEQ_JUMP
             return (f"seq {seq} is {abs(seq - last)} captures from the stream's last {what} "
                     f"seq {last} (over align.max_seq_jump {self.max_seq_jump})")
         x0, y0, a, b = line
@@ -96,6 +100,7 @@ class ClockGuard:
         captures = abs(seq - last) if last is not None else 0
         if abs(t_us - expected) <= self._tolerance(clock, b, captures):
             return None
+        self.code = ReasonCode.OFF_CLOCK
         return (f"seq {seq} at t_us {t_us} is far off the stream's {what} clock (expected "
                 f"seq ≈ {round(x0 + (t_us - y0 - a) / b)} at that t_us)")
 

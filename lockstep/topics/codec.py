@@ -9,7 +9,13 @@ A record value is a 4-byte header followed by one MessagePack map::
 
 The map's fields are those of the model named by the kind (:mod:`lockstep.topics.schemas`).
 Decoding checks the header, the size and the contract; every failure is a
-:class:`~lockstep.errors.BadInput` with a reason fit for a dead-letter record.
+:class:`~lockstep.errors.BadInput` with a reason fit for a dead-letter record and a stable
+:class:`~lockstep.errors.ReasonCode`.
+
+Media tokens (what producers write) must hold exactly the fields of their kind. The
+records Lockstep writes (windows, requests, responses, dead letters, late records, SLO
+events) are read leniently: keys this build does not know are ignored, so a newer writer
+may add optional fields within a wire version (docs/wire-format.md §10).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any, Final, TypeVar
 import msgpack
 from pydantic import BaseModel, ValidationError
 
-from lockstep.errors import DecodeError, SchemaError
+from lockstep.errors import DecodeError, ReasonCode, SchemaError
 from lockstep.topics.schemas import (
     AudioToken,
     DeadLetter,
@@ -70,6 +76,8 @@ MODELS: Final[dict[Kind, type[BaseModel]]] = {
 }
 _KINDS: Final[dict[type[BaseModel], Kind]] = {model: kind for kind, model in MODELS.items()}
 TOKEN_KINDS: Final = frozenset({Kind.VIDEO, Kind.AUDIO, Kind.OCR, Kind.SENSOR})
+#: Kinds whose unknown keys are rejected (producers' records); the others ignore them.
+STRICT_KINDS: Final = TOKEN_KINDS
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -115,15 +123,16 @@ def peek_kind(value: bytes | None) -> Kind:
 
 def _header(value: bytes | None) -> tuple[Kind, bytes]:
     if value is None:
-        raise DecodeError("empty record value (tombstone)")
+        raise DecodeError("empty record value (tombstone)", ReasonCode.TOMBSTONE)
     if len(value) < HEADER_SIZE or value[:2] != MAGIC:
-        raise DecodeError("not a Lockstep record: missing b'LS' magic")
+        raise DecodeError("not a Lockstep record: missing b'LS' magic", ReasonCode.BAD_MAGIC)
     if value[2] != VERSION:
-        raise DecodeError(f"unsupported wire format version {value[2]} (this build reads 1)")
+        raise DecodeError(f"unsupported wire format version {value[2]} (this build reads 1)",
+                          ReasonCode.BAD_VERSION)
     try:
         return Kind(value[3]), value
     except ValueError:
-        raise DecodeError(f"unknown record kind {value[3]}") from None
+        raise DecodeError(f"unknown record kind {value[3]}", ReasonCode.UNKNOWN_KIND) from None
 
 
 def decode(value: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> BaseModel:
@@ -135,12 +144,16 @@ def decode(value: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> BaseMo
     """
     kind, value = _header(value)
     if len(value) > max_bytes:
-        raise DecodeError(f"record of {len(value)} bytes exceeds the {max_bytes}-byte limit")
+        raise DecodeError(f"record of {len(value)} bytes exceeds the {max_bytes}-byte limit",
+                          ReasonCode.OVERSIZE)
     body = _unpack(value)
     try:
-        return MODELS[kind].model_validate(body)
+        if kind in STRICT_KINDS:
+            return MODELS[kind].model_validate(body)
+        return MODELS[kind].model_validate(body, extra="ignore")
     except ValidationError as exc:
-        raise SchemaError(f"invalid {kind.name.lower()}: {_summarise(exc)}") from None
+        raise SchemaError(f"invalid {kind.name.lower()}: {_summarise(exc)}", ReasonCode.SCHEMA,
+                          field=_first_field(exc)) from None
 
 
 def decode_as(model: type[M], value: bytes | None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> M:
@@ -152,10 +165,11 @@ def decode_as(model: type[M], value: bytes | None, *, max_bytes: int = DEFAULT_M
     """
     kind = peek_kind(value)
     if MODELS[kind] is not model:
-        raise DecodeError(f"expected a {model.__name__} record, got kind {kind.name.lower()}")
+        raise DecodeError(f"expected a {model.__name__} record, got kind {kind.name.lower()}",
+                          ReasonCode.WRONG_KIND)
     record = decode(value, max_bytes=max_bytes)
     if not isinstance(record, model):  # pragma: no cover - MODELS maps kinds one to one
-        raise DecodeError(f"expected a {model.__name__} record")
+        raise DecodeError(f"expected a {model.__name__} record", ReasonCode.WRONG_KIND)
     return record
 
 
@@ -163,10 +177,16 @@ def _unpack(value: bytes) -> dict[str, Any]:
     try:
         body = msgpack.unpackb(value[HEADER_SIZE:], raw=False, strict_map_key=True)
     except (ValueError, msgpack.UnpackException) as exc:
-        raise DecodeError(f"bad MessagePack body: {exc}") from None
+        raise DecodeError(f"bad MessagePack body: {exc}", ReasonCode.BAD_MSGPACK) from None
     if not isinstance(body, dict):
-        raise DecodeError(f"record body is a MessagePack {type(body).__name__}, not a map")
+        raise DecodeError(f"record body is a MessagePack {type(body).__name__}, not a map",
+                          ReasonCode.NOT_A_MAP)
     return body
+
+
+def _first_field(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    return ".".join(str(p) for p in errors[0]["loc"]) if errors else "record"
 
 
 def _summarise(exc: ValidationError) -> str:

@@ -23,8 +23,11 @@ from pydantic import (
     StrictInt,
     StrictStr,
     StringConstraints,
-    model_validator,
+    ValidationInfo,
+    field_validator,
 )
+
+from lockstep.errors import ReasonCode
 
 #: Earliest and latest accepted event time (2000-01-01 and 2100-01-01 UTC, in µs).
 MIN_T_US = 946_684_800_000_000
@@ -53,12 +56,22 @@ Number = Annotated[FiniteFloat, Strict()]
 Confidence = Annotated[Number, Field(ge=0.0, le=1.0)]
 Text = Annotated[StrictStr, StringConstraints(max_length=4096)]
 
+#: A reason code (:class:`~lockstep.errors.ReasonCode`); readers accept codes they do not
+#: know (new ones appear within a wire version), and "" from writers that predate codes.
+Code = Annotated[StrictStr, StringConstraints(max_length=64, pattern=r"^([a-z][a-z0-9_]*)?$")]
+_DEAD_CODES = [c.value for c in ReasonCode if c not in (ReasonCode.STALE,
+                                                         ReasonCode.WINDOW_EMITTED)]
+_LATE_CODES = [ReasonCode.STALE.value, ReasonCode.WINDOW_EMITTED.value]
+
 _BYTES_PER_PIXEL = {"gray8": 1, "rgb24": 3}
 _BYTES_PER_SAMPLE = {"pcm_s16le": 2, "pcm_f32le": 4}
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # The JSON form of a record (test vectors, `lockstep validate`) carries bytes as base64;
+    # on the wire they are MessagePack bin.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64",
+                              val_json_bytes="base64")
 
 
 class _Token(_Record):
@@ -78,15 +91,18 @@ class VideoToken(_Token):
     quality: Confidence | None = None
     keyframe: StrictBool = True
 
-    @model_validator(mode="after")
-    def _raw_size_matches(self) -> VideoToken:
-        per_pixel = _BYTES_PER_PIXEL.get(self.format)
-        if per_pixel is not None and len(self.data) != self.width * self.height * per_pixel:
-            raise ValueError(
-                f"{self.format} frame {self.width}x{self.height} needs "
-                f"{self.width * self.height * per_pixel} bytes, got {len(self.data)}"
-            )
-        return self
+    @field_validator("data")
+    @classmethod
+    def _raw_size_matches(cls, data: bytes, info: ValidationInfo) -> bytes:
+        fields = info.data  # the fields before ``data``, where they validated
+        per_pixel = _BYTES_PER_PIXEL.get(fields.get("format", ""))
+        if per_pixel is None or "width" not in fields or "height" not in fields:
+            return data
+        width, height = fields["width"], fields["height"]
+        if len(data) != width * height * per_pixel:
+            raise ValueError(f"{fields['format']} frame {width}x{height} needs "
+                             f"{width * height * per_pixel} bytes, got {len(data)}")
+        return data
 
 
 class AudioToken(_Token):
@@ -101,21 +117,22 @@ class AudioToken(_Token):
     asr_text: Text | None = None
     asr_confidence: Confidence | None = None
 
-    @model_validator(mode="after")
-    def _pcm_size_matches(self) -> AudioToken:
-        per_sample = _BYTES_PER_SAMPLE.get(self.encoding)
-        if per_sample is None:
-            return self
-        frame = per_sample * self.channels
-        if len(self.data) % frame:
-            raise ValueError(f"{self.encoding} chunk is not a whole number of samples")
-        expected = round(self.duration_us * self.sample_rate / 1_000_000)
-        if abs(len(self.data) // frame - expected) > 1:
-            raise ValueError(
-                f"{self.encoding} chunk of {len(self.data) // frame} samples does not match "
-                f"duration_us={self.duration_us} at {self.sample_rate} Hz"
-            )
-        return self
+    @field_validator("data")
+    @classmethod
+    def _pcm_size_matches(cls, data: bytes, info: ValidationInfo) -> bytes:
+        fields = info.data  # the fields before ``data``, where they validated
+        encoding = fields.get("encoding", "")
+        per_sample = _BYTES_PER_SAMPLE.get(encoding)
+        if per_sample is None or not {"channels", "duration_us", "sample_rate"} <= fields.keys():
+            return data
+        frame = per_sample * fields["channels"]
+        if len(data) % frame:
+            raise ValueError(f"{encoding} chunk is not a whole number of samples")
+        rate, duration_us = fields["sample_rate"], fields["duration_us"]
+        if abs(len(data) // frame - round(duration_us * rate / 1_000_000)) > 1:
+            raise ValueError(f"{encoding} chunk of {len(data) // frame} samples does not "
+                             f"match duration_us={duration_us} at {rate} Hz")
+        return data
 
 
 class OcrToken(_Token):
@@ -255,6 +272,11 @@ class Response(_Record):
     degraded: Annotated[StrictInt, Field(ge=0, le=16)] = 0
     #: Output tokens the engine was allowed to generate for this window.
     max_new_tokens: Annotated[StrictInt, Field(ge=0)] = 0
+    #: End-to-end latency, µs: ``timeline.responded_us - timeline.capture_us`` (capture of
+    #: the window's newest token, producer clock, to the response produced); 0 if unknown.
+    e2e_us: Annotated[StrictInt, Field(description=(
+        "timeline.responded_us - timeline.capture_us: capture of the window's newest token "
+        "(producer clock) to the response produced (µs); 0 when not measured"))] = 0
 
 
 class DeadLetter(_Record):
@@ -278,6 +300,9 @@ class DeadLetter(_Record):
     value_sha256: str = ""
     #: Whether ``value`` (or ``key``) holds only the start of the original.
     truncated: StrictBool = False
+    #: Why, as a stable code (``reason`` is the text for people).
+    code: Annotated[Code, Field(examples=_DEAD_CODES, description=(
+        "stable reason code; readers must accept codes they do not know"))] = ""
 
 
 class LateToken(_Record):
@@ -296,6 +321,9 @@ class LateToken(_Record):
     value_size: Annotated[StrictInt, Field(ge=0)] = 0
     value_sha256: str = ""
     truncated: StrictBool = False
+    #: Why, as a stable code: ``window_emitted`` or ``stale``.
+    code: Annotated[Code, Field(examples=_LATE_CODES, description=(
+        "stable reason code; readers must accept codes they do not know"))] = ""
 
 
 class SloEvent(_Record):
