@@ -26,6 +26,7 @@ from lockstep.errors import RoleCrashed
 from lockstep.inspect_cmd import inspect
 from lockstep.io_commands import publish, subscribe
 from lockstep.logfilter import route_client_logs, summarised_warnings
+from lockstep.validate_cmd import validate
 
 
 @click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -405,6 +406,7 @@ cli.add_command(subscribe)
 cli.add_command(inspect)
 cli.add_command(bench)
 cli.add_command(chaos)
+cli.add_command(validate)
 
 
 #: The group's options, accepted anywhere on the command line (``lockstep run … --config x``).
