@@ -1,1 +1,1 @@
-"""Test-side launcher for a real Apache Kafka broker."""
+"""The test session's Apache Kafka broker (lockstep.chaos.apache) and the pom of its jars."""
