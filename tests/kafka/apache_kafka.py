@@ -1,5 +1,7 @@
-"""The test session's Apache Kafka broker: :mod:`lockstep.chaos.apache`, which ``lockstep
-chaos`` runs too (single node or a three-node cluster, jars from ``tests/kafka/pom.xml``).
+"""The test session's Apache Kafka broker: :mod:`lockstep.chaos.apache`.
+
+``lockstep chaos`` runs the same launcher (a single node or a three-node cluster, jars
+from ``tests/kafka/pom.xml``).
 """
 
 from lockstep.chaos.apache import (
