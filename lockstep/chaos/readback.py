@@ -1,0 +1,208 @@
+"""The ledger read back from the output topics, with the time each record was produced.
+
+:class:`TopicReadback` marks the end of ``aligned.windows``, ``late``, ``deadletter`` and
+``responses`` when a scenario starts, and reads from those marks on (manual assignment,
+no consumer group): what the pipeline wrote, not what its processes say they did. Besides
+the :class:`~lockstep.ledger.Ledger` it keeps when each window and response was first
+produced (the record timestamps, CreateTime), for the recovery time after a fault, and
+which inputs and which tokens were dead-lettered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from lockstep.agents.wait import topic_partitions, wait_for_broker
+from lockstep.errors import BadInput, BrokerError
+from lockstep.ledger import Key, Ledger
+from lockstep.streams.alignstate import TokenKey
+from lockstep.streams.settings import KafkaSettings
+from lockstep.topics import catalog
+from lockstep.topics.codec import HEADER_SIZE, TOKEN_KINDS, Kind, decode, peek_kind
+from lockstep.topics.schemas import DeadLetter, Modality
+
+log = logging.getLogger(__name__)
+
+#: Where a record was read from: topic, partition, offset.
+Source = tuple[str, int, int]
+OUTPUTS: tuple[str, ...] = (catalog.ALIGNED, catalog.LATE, catalog.DEADLETTER,
+                            catalog.RESPONSES)
+
+
+def token_key(value: bytes | None) -> TokenKey | None:
+    """The key of the token ``value`` holds, if it decodes as a valid token."""
+    try:
+        if peek_kind(value) not in TOKEN_KINDS:
+            return None
+        token: Any = decode(value)
+    except BadInput:
+        return None
+    return TokenKey(token.stream_id, token.modality, token.seq)
+
+
+def dead_token(letter: DeadLetter) -> TokenKey | None:
+    """The token a dead letter carries whole, if it is a decodable token."""
+    return None if letter.truncated else token_key(letter.value)
+
+
+class TopicReadback:
+    """Reads the output topics from the marks taken at :meth:`start` into a ledger."""
+
+    def __init__(self, kafka: KafkaSettings, topics: Sequence[str] = OUTPUTS) -> None:
+        self.ledger = Ledger()
+        #: Produce time (ms) of the first copy of each window and response.
+        self.window_at_ms: dict[Key, int] = {}
+        self.response_at_ms: dict[Key, int] = {}
+        #: Inputs that were dead-lettered, and the whole tokens among them.
+        self.dead_sources: set[Source] = set()
+        self.dead_tokens: set[TokenKey] = set()
+        #: Where each token was settled first (window key or late reason), and, for the
+        #: tokens settled twice, both places.
+        self.settled_in: dict[TokenKey, str] = {}
+        self.twice: dict[TokenKey, tuple[str, str]] = {}
+        #: Late records read twice with the same bytes, and keys read with other bytes.
+        self.repeated_late: set[TokenKey] = set()
+        self.conflict_examples: list[str] = []
+        self._late_digest: dict[TokenKey, bytes] = {}
+        self._first_offset: dict[tuple[str, Key], int] = {}
+        self.records = 0
+        self._kafka = kafka
+        self._topics = list(topics)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._partitions: list[TopicPartition] = []
+        self.marks: dict[TopicPartition, int] = {}
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        """Connect and mark the current end of every output partition.
+
+        Raises:
+            BrokerError: The cluster or a topic is not there within ``timeout_s``.
+        """
+        kafka = self._kafka
+        self._consumer = consumer = AIOKafkaConsumer(
+            **kafka.aiokafka_options(), group_id=None, enable_auto_commit=False,
+            fetch_max_wait_ms=100, max_partition_fetch_bytes=kafka.max_record_bytes,
+            fetch_max_bytes=max(kafka.max_record_bytes, 52_428_800))
+        await wait_for_broker(consumer.start, self._kafka, what="chaos read-back",
+                              timeout_s=timeout_s)
+        try:
+            self._partitions = [tp for topic in self._topics
+                                for tp in await topic_partitions(consumer, topic, timeout_s)]
+            consumer.assign(self._partitions)
+            self.marks = dict(await consumer.end_offsets(self._partitions))
+            for tp, offset in self.marks.items():
+                consumer.seek(tp, offset)
+        except BaseException:
+            await consumer.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def catch_up(self, timeout_s: float = 60.0) -> None:
+        """Read every output partition up to its end as it is now.
+
+        Raises:
+            BrokerError: The ends were not reached within ``timeout_s``.
+        """
+        consumer = self._consumer
+        assert consumer is not None, "start() first"
+        deadline = time.monotonic() + timeout_s
+        ends = await consumer.end_offsets(self._partitions)
+        todo = {tp for tp in self._partitions if await consumer.position(tp) < ends[tp]}
+        while todo:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"read-back of {len(todo)} output partitions did not reach "
+                                  f"their end within {timeout_s:.0f} s")
+            batches = await consumer.getmany(*todo, timeout_ms=500, max_records=5000)
+            for tp, records in batches.items():
+                for record in records:
+                    self.add(tp.topic, record)
+            for tp in list(todo):
+                if await consumer.position(tp) >= ends[tp]:
+                    todo.discard(tp)
+
+    def add(self, topic: str, record: ConsumerRecord[bytes, bytes]) -> None:
+        """Take one output record."""
+        self.records += 1
+        ledger = self.ledger
+        value = record.value
+        conflicts = sum(ledger.conflicts.values())
+        kind = ledger.add(value)
+        if kind is None or value is None:
+            if topic != catalog.DEADLETTER:
+                log.warning("undecodable record on %s at offset %d", topic, record.offset)
+            return
+        if kind in (Kind.WINDOW, Kind.RESPONSE):
+            self._keyed(kind, record, value, conflicts)
+        elif kind is Kind.LATE:
+            body = msgpack.unpackb(value[HEADER_SIZE:])
+            token = TokenKey(body["stream_id"], Modality(body["modality"]), int(body["seq"]))
+            digest = hashlib.blake2b(value, digest_size=16).digest()
+            if self._late_digest.setdefault(token, digest) == digest and (
+                    self.settled_in.get(token, "").startswith("late")):
+                # The same late record again (a produce retried after a lost answer): a
+                # duplicate, as an identical window would be.
+                self.repeated_late.add(token)
+                return
+            self._where(token, f"late ({str(body.get('reason', ''))[:60]}, "
+                               f"offset {record.offset})")
+        elif kind is Kind.DEADLETTER:
+            letter = ledger.dead_letters[-1]
+            self.dead_sources.add((letter.topic, letter.partition, letter.offset))
+            dead = dead_token(letter)
+            if dead is not None:
+                self.dead_tokens.add(dead)
+
+    def _keyed(self, kind: Kind, record: ConsumerRecord[bytes, bytes], value: bytes,
+               conflicts: int) -> None:
+        body = msgpack.unpackb(value[HEADER_SIZE:])
+        key = (body["stream_id"], int(body["window_seq"]))
+        into = self.window_at_ms if kind is Kind.WINDOW else self.response_at_ms
+        label = kind.name.lower()
+        first = self._first_offset.setdefault((label, key), record.offset)
+        if sum(self.ledger.conflicts.values()) > conflicts:
+            self.conflict_examples.append(
+                f"{label} {key[0]}#{key[1]} at offsets {first} and {record.offset}")
+        if key in into:
+            return
+        into[key] = record.timestamp
+        if kind is Kind.WINDOW:
+            where = f"window {key[0]}#{key[1]} (offset {record.offset})"
+            for modality, seqs in body["members"].items():
+                for seq in seqs:
+                    self._where(TokenKey(key[0], Modality(modality), int(seq)), where)
+
+    def _where(self, token: TokenKey, where: str) -> None:
+        first = self.settled_in.get(token)
+        if first is None:
+            self.settled_in[token] = where
+        elif token not in self.twice:
+            self.twice[token] = (first, where)
+
+    @property
+    def settled_twice(self) -> set[TokenKey]:
+        """Tokens settled in two places (an identical late record repeated is not one)."""
+        return set(self.twice)
+
+    def lost(self, published: set[TokenKey]) -> set[TokenKey]:
+        """Published tokens in no window, no late record and no dead letter."""
+        return self.ledger.unaccounted(published) - self.dead_tokens
+
+    def settled(self, published: set[TokenKey]) -> bool:
+        """Every token accounted for and every window answered."""
+        return not self.lost(published) and not self.ledger.unanswered()
+
+    def accounted(self, source: Source, token: TokenKey | None) -> bool:
+        """Whether an input was dead-lettered, or the token it holds settled (window, late)."""
+        return source in self.dead_sources or (token is not None and (
+            token in self.ledger.late or token in self.ledger.in_windows))
