@@ -79,43 +79,52 @@ class TopicReadback:
         self._partitions: list[TopicPartition] = []
         self.marks: dict[TopicPartition, int] = {}
 
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        kafka = self._kafka
+        return AIOKafkaConsumer(
+            **kafka.aiokafka_options(), group_id=None, enable_auto_commit=False,
+            fetch_max_wait_ms=100, max_partition_fetch_bytes=kafka.max_record_bytes,
+            fetch_max_bytes=max(kafka.max_record_bytes, 52_428_800))
+
     async def start(self, timeout_s: float = 30.0) -> None:
-        """Connect and mark the current end of every output partition.
+        """Mark the current end of every output partition.
+
+        No client stays connected afterwards: one idle through a broker outage retries
+        its metadata a thousand times a second. :meth:`catch_up` connects.
 
         Raises:
             BrokerError: The cluster or a topic is not there within ``timeout_s``.
         """
-        kafka = self._kafka
-        self._consumer = consumer = AIOKafkaConsumer(
-            **kafka.aiokafka_options(), group_id=None, enable_auto_commit=False,
-            fetch_max_wait_ms=100, max_partition_fetch_bytes=kafka.max_record_bytes,
-            fetch_max_bytes=max(kafka.max_record_bytes, 52_428_800))
+        consumer = self._new_consumer()
         await wait_for_broker(consumer.start, self._kafka, what="chaos read-back",
                               timeout_s=timeout_s)
         try:
             self._partitions = [tp for topic in self._topics
                                 for tp in await topic_partitions(consumer, topic, timeout_s)]
-            consumer.assign(self._partitions)
             self.marks = dict(await consumer.end_offsets(self._partitions))
-            for tp, offset in self.marks.items():
-                consumer.seek(tp, offset)
-        except BaseException:
+        finally:
             await consumer.stop()
-            raise
 
     async def stop(self) -> None:
         """Disconnect."""
         if self._consumer is not None:
             await self._consumer.stop()
+            self._consumer = None
 
     async def catch_up(self, timeout_s: float = 60.0) -> None:
-        """Read every output partition up to its end as it is now.
+        """Read every output partition up to its end as it is now (from the marks at first).
 
         Raises:
             BrokerError: The ends were not reached within ``timeout_s``.
         """
         consumer = self._consumer
-        assert consumer is not None, "start() first"
+        if consumer is None:
+            self._consumer = consumer = self._new_consumer()
+            await wait_for_broker(consumer.start, self._kafka, what="chaos read-back",
+                                  timeout_s=timeout_s)
+            consumer.assign(self._partitions)
+            for tp, offset in self.marks.items():
+                consumer.seek(tp, offset)
         deadline = time.monotonic() + timeout_s
         ends = await consumer.end_offsets(self._partitions)
         todo = {tp for tp in self._partitions if await consumer.position(tp) < ends[tp]}
