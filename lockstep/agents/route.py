@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from aiokafka import TopicPartition
 
+from lockstep.agents.memory import MemoryTrimmer
 from lockstep.agents.outbox import Outbox, send_dead_letter, wall_us
 from lockstep.agents.readback import Output
 from lockstep.agents.replaykeys import settle_keys
@@ -40,7 +41,10 @@ class RouteAgent:
 
     def __init__(self, settings: Settings, telemetry: Telemetry, outbox: Outbox,
                  pools: Sequence[str]) -> None:
-        self.router = Router(settings.route, settings.slo)
+        route = settings.route
+        self.router = Router(route, settings.slo, max_streams=route.max_streams,
+                             idle_ttl_us=int(route.stream_ttl_ms * 1000))
+        self.trimmer = MemoryTrimmer()
         self.slo = settings.slo
         self.outbox = outbox
         self.telemetry = telemetry
@@ -69,7 +73,8 @@ class RouteAgent:
         self._replay.drop(list(partitions))
 
     async def on_tick(self, now_us: int) -> None:
-        """Route has no deadlines of its own."""
+        """Route has no deadlines of its own; after a flood of streams, memory goes back."""
+        self.trimmer.observe(self.router.tracked_streams)
 
     async def on_batch(self, records: Sequence[Record], now_us: int) -> None:
         """Route a batch of windows."""

@@ -309,6 +309,10 @@ class RouteSettings(_Section):
     #: (standard deviation) are marked for the engine to skip; 0 turns it off.
     patch_size: Annotated[int, Field(ge=0, le=256)] = 8
     patch_min_std: Annotated[float, Field(ge=0.0)] = 2.0
+    #: Streams whose gate calibration route keeps (least recently seen evicted beyond), and
+    #: how long an idle stream's calibration is kept.
+    max_streams: Annotated[int, Field(ge=1)] = 10_000
+    stream_ttl_ms: Annotated[float, Field(gt=0.0)] = 300_000.0
     #: Valid range of each sensor's values; a reading outside is untrustworthy.
     sensor_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
