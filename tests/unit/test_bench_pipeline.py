@@ -244,11 +244,19 @@ def _confirmed_search(outcomes: dict[int, list[bool]], confirm: int = 3) -> list
     return [s.streams for s in history]
 
 
-def test_the_capacity_found_is_run_again_until_confirmed() -> None:
+def test_the_capacity_and_the_failure_above_it_run_again_until_confirmed() -> None:
     steady = {n: [n <= 3] * 3 for n in range(1, 9)}
-    assert _confirmed_search(steady) == [1, 2, 4, 3, 3, 3]
+    assert _confirmed_search(steady) == [1, 2, 4, 3, 3, 3, 4, 4]
     history = [Step(n, n <= 3) for n in _confirmed_search(steady)]
     assert capacity(aggregate(history)) == 3
+
+
+def test_an_unlucky_failure_is_overturned_and_the_search_goes_on() -> None:
+    # One stream failed once on a busy machine, then held twice: the capacity is not 0.
+    assert _confirmed_search({1: [False, True, True], 2: [False] * 3}) == [1, 1, 1, 2, 2, 2]
+    unlucky = {1: [True] * 3, 2: [True] * 3, 3: [True] * 3, 4: [False, True, True],
+               5: [False] * 3, 6: [False] * 3, 8: [False] * 3}
+    assert _confirmed_search(unlucky) == [1, 2, 4, 3, 3, 3, 4, 4, 8, 6, 5, 5, 5]
 
 
 def test_a_lucky_step_at_the_capacity_is_overturned_by_its_repeats() -> None:

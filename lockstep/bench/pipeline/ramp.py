@@ -9,8 +9,9 @@ counts). Capacity is that largest held count below the smallest failure (0 when 
 first step failed at one stream).
 
 A count tried several times is held when most of its runs held (:func:`aggregate`);
-:func:`plan_next` runs the capacity found ``confirm`` times in all (and breaks ties) before
-it is final, so one lucky or unlucky step on a noisy machine does not set it.
+:func:`plan_next` runs the capacity found and the first count above it that failed
+``confirm`` times each (and breaks ties) before the capacity is final, so one lucky or
+unlucky step on a noisy machine does not set it.
 """
 
 from __future__ import annotations
@@ -94,11 +95,12 @@ def aggregate(history: Sequence[Step]) -> list[Step]:
 
 def plan_next(history: Sequence[Step], start: int = 1, limit: int = 256,
               confirm: int = 1) -> int | None:
-    """The stream count to run next, with repeated runs at the capacity; None when known.
+    """The stream count to run next, with repeated runs at the boundary; None when known.
 
     A count whose runs are tied is run again (up to ``confirm`` runs); once the search
-    has converged, the capacity it found runs until it has ``confirm`` runs, which may
-    overturn it and resume the search below.
+    has converged, the capacity it found and the smallest failed count above it run until
+    each has ``confirm`` runs. Their repeats may overturn either (an unlucky failure, a
+    lucky hold), and the search then resumes from the new boundary.
     """
     runs = Counter(s.streams for s in history)
     held_runs = Counter(s.streams for s in history if s.held)
@@ -110,7 +112,10 @@ def plan_next(history: Sequence[Step], start: int = 1, limit: int = 256,
     if nxt is not None:
         return nxt
     found = capacity(summary)
-    return found if found and runs[found] < confirm else None
+    if found and runs[found] < confirm:
+        return found
+    above = min((s.streams for s in summary if not s.held and s.streams > found), default=None)
+    return above if above is not None and runs[above] < confirm else None
 
 
 def recovery_seconds(timeline: Sequence[tuple[float, float | None, float]], overload_end: float,
