@@ -117,8 +117,9 @@ class Outcome:
             out.append(f"{self.not_delivered} tokens never acknowledged by the broker")
         if self.lost:
             examples = f", e.g. {', '.join(self.lost_examples)}" if self.lost_examples else ""
+            when = "" if self.drained else " when the drain ended, the ledger still open"
             out.append(f"{self.lost} tokens lost (in no window, late record or dead "
-                       f"letter{examples})")
+                       f"letter{examples}){when}")
         if self.conflicts:
             examples = (f", e.g. {', '.join(self.conflict_examples)}"
                         if self.conflict_examples else "")

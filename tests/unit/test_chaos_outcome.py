@@ -46,7 +46,10 @@ def test_a_clean_outcome_meets_the_acceptance() -> None:
 
 
 @pytest.mark.parametrize(("change", "phrase"), [
-    ({"lost": 12, "lost_examples": ["s/video#3"]}, "12 tokens lost"),
+    ({"lost": 12, "lost_examples": ["s/video#3"], "drained": True},
+     "12 tokens lost (in no window, late record or dead letter, e.g. s/video#3)"),
+    ({"lost": 2}, "2 tokens lost (in no window, late record or dead letter) when the drain "
+                  "ended, the ledger still open"),
     ({"conflicts": 2}, "2 keys with two different windows or responses"),
     ({"settled_twice": 1}, "1 tokens in two windows or a window and late"),
     ({"unanswered": 4}, "4 windows unanswered"),
