@@ -93,12 +93,15 @@ def as_json(outcome: Outcome) -> dict[str, Any]:
               help="Where each scenario's brokers and logs go (default: the temp dir).")
 @click.option("--keep-logs", is_flag=True,
               help="Keep every scenario's logs (failed scenarios keep theirs anyway).")
+@click.option("--role-log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Log level of the role processes (their logs are kept on a failure).")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--json", "json_out", is_flag=True, help="Print the outcomes as JSON.")
 def chaos(scenario_names: tuple[str, ...], seconds: float | None, streams: int,
           session_timeout_ms: int, drain_s: float, kafka_classpath: str | None,
-          kafka_pom: Path | None, work_dir: Path | None, keep_logs: bool, list_only: bool,
-          json_out: bool) -> None:
+          kafka_pom: Path | None, work_dir: Path | None, keep_logs: bool,
+          role_log_level: str, list_only: bool, json_out: bool) -> None:
     """Break the pipeline on purpose and check that nothing is lost or poisoned.
 
     Each SCENARIO (default: all) starts Apache Kafka (one broker, or a three-broker KRaft
@@ -121,7 +124,7 @@ def chaos(scenario_names: tuple[str, ...], seconds: float | None, streams: int,
     options = ChaosOptions(streams=streams, seconds=seconds,
                            session_timeout_ms=session_timeout_ms, drain_s=drain_s,
                            classpath=kafka_classpath or None, pom=kafka_pom or DEFAULT_POM,
-                           work_dir=work_dir, keep=keep_logs)
+                           work_dir=work_dir, keep=keep_logs, role_log_level=role_log_level)
 
     async def main() -> list[Outcome]:
         task = asyncio.current_task()

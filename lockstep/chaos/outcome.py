@@ -60,6 +60,19 @@ def recovery_s(fault_us: int, streams: Iterable[str], windows: Mapping[Key, Seen
     return max(0.0, max(first[sid] for sid in wanted) / 1000 - fault_us / 1e6), []
 
 
+def answer_wait_s(fault_us: int, windows: Mapping[Key, SeenWindow],
+                  window_at_ms: Mapping[Key, int],
+                  response_at_ms: Mapping[Key, int]) -> float | None:
+    """The longest a window of data captured after the fault waited for its answer.
+
+    A role whose partitions wait for a new owner shows here even when other streams, or
+    another pool, answer at once (None: no such window was answered).
+    """
+    waits = [response_at_ms[key] - window_at_ms[key] for key, window in windows.items()
+             if window.t_start_us >= fault_us and key in response_at_ms and key in window_at_ms]
+    return max(waits) / 1000 if waits else None
+
+
 @dataclass
 class Outcome:
     """One scenario's measurements (counts are of the read-back ledger)."""
@@ -88,8 +101,10 @@ class Outcome:
     #: The fault: what, and when (µs since the epoch).
     fault: str = ""
     fault_us: int | None = None
-    #: Fault → fresh responses from every live stream (None: some never recovered).
+    #: Fault → fresh responses from every live stream, or the longest a window of fresh
+    #: data waited for its answer, whichever is longer (None: some stream never recovered).
     recovery_s: float | None = None
+    answer_wait_s: float | None = None
     window_recovery_s: float | None = None
     not_recovered: list[str] = field(default_factory=list)
     recovery_limit_s: float | None = None

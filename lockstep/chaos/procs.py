@@ -62,8 +62,10 @@ def parse_vmrss(status: str) -> int | None:
 class RoleProcess:
     """One ``lockstep run --roles ROLES`` process, started again after each kill."""
 
-    def __init__(self, name: str, roles: str, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(self, name: str, roles: str, env: Mapping[str, str], log_path: Path,
+                 log_level: str = "warning") -> None:
         self.name = name
+        self.log_level = log_level
         self.roles = roles
         self.client_id = f"chaos-{name}"
         self.log_path = log_path
@@ -94,8 +96,8 @@ class RoleProcess:
         self._close_log()
         self._log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
-            with_parent([sys.executable, "-m", "lockstep", "run", "--roles", self.roles,
-                         "--metrics-port", "0"]),
+            with_parent([sys.executable, "-m", "lockstep", "--log-level", self.log_level,
+                         "run", "--roles", self.roles, "--metrics-port", "0"]),
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             env=self._env, start_new_session=True)
         self.held_down = False
@@ -163,12 +165,13 @@ class Pipeline:
     """Role processes, supervised: crashes are recorded and the process restarted."""
 
     def __init__(self, processes: Sequence[Processes], env: Mapping[str, str],
-                 log_dir: Path) -> None:
+                 log_dir: Path, log_level: str = "warning") -> None:
         self.processes: list[RoleProcess] = []
         for spec in processes:
             for i in range(spec.count):
                 name = f"{spec.roles.replace(':', '-').replace(',', '+')}-{i + 1}"
-                self.processes.append(RoleProcess(name, spec.roles, env, log_dir / f"{name}.log"))
+                self.processes.append(RoleProcess(name, spec.roles, env,
+                                                  log_dir / f"{name}.log", log_level))
         self.crashes: list[Crash] = []
 
     def of(self, roles: str) -> list[RoleProcess]:

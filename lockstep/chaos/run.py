@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from lockstep.agents.readback import partition_of
 from lockstep.chaos.apache import DEFAULT_POM, ApacheKafka, KafkaCluster
 from lockstep.chaos.groups import groups_of, wait_joined
-from lockstep.chaos.outcome import Outcome, recovery_s
+from lockstep.chaos.outcome import Outcome, answer_wait_s, recovery_s
 from lockstep.chaos.procs import Pipeline, running
 from lockstep.chaos.readback import TopicReadback
 from lockstep.chaos.scenarios import Flood, KillRole, Scenario
@@ -57,6 +57,7 @@ class ChaosOptions:
         pom: The pom pinning the Kafka jars.
         work_dir: Where scenario directories go (None: the system temp dir).
         keep: Keep every scenario's directory (logs), not only those of failures.
+        role_log_level: The role processes' ``--log-level``.
     """
 
     streams: int = 4
@@ -68,6 +69,7 @@ class ChaosOptions:
     pom: Path = DEFAULT_POM
     work_dir: Path | None = None
     keep: bool = False
+    role_log_level: str = "warning"
 
 
 def live_stream_ids(prefix: str, count: int, partitions: int) -> list[str]:
@@ -190,7 +192,7 @@ async def _run(scenario: Scenario, options: ChaosOptions, brokers: Brokers,
                            settings.topics.media_partitions)
     readback = TopicReadback(settings.kafka)
     await readback.start()
-    pipeline = Pipeline(scenario.processes, env, work_dir)
+    pipeline = Pipeline(scenario.processes, env, work_dir, options.role_log_level)
     done: Strike | None = None
     try:
         async with running(pipeline):
@@ -269,8 +271,11 @@ def _account(outcome: Outcome, readback: TopicReadback, expected: set[TokenKey],
     outcome.duplicates = sum(ledger.duplicates.values()) + len(readback.repeated_late)
     outcome.unanswered = len(ledger.unanswered())
     outcome.statuses = Counter(r.status for r in ledger.responses.values())
-    outcome.recovery_s, outcome.not_recovered = recovery_s(
-        done.at_us, live, ledger.windows, readback.response_at_ms)
+    first, outcome.not_recovered = recovery_s(done.at_us, live, ledger.windows,
+                                              readback.response_at_ms)
+    outcome.answer_wait_s = answer_wait_s(done.at_us, ledger.windows, readback.window_at_ms,
+                                          readback.response_at_ms)
+    outcome.recovery_s = None if first is None else max(first, outcome.answer_wait_s or 0.0)
     outcome.window_recovery_s, _ = recovery_s(done.at_us, live, ledger.windows,
                                               readback.window_at_ms)
     outcome.hostile_sent = len(done.hostile)

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from lockstep.chaos.outcome import Outcome, Rss, recovery_s
+from lockstep.chaos.outcome import Outcome, Rss, answer_wait_s, recovery_s
 from lockstep.chaos_command import as_json, chaos, render_table, verdict
 from lockstep.clikit import LockstepGroup
 from lockstep.ledger import SeenWindow
@@ -37,6 +37,17 @@ def test_a_stream_with_no_fresh_output_has_not_recovered() -> None:
     windows = {("a", 1): _window("a", 1, FAULT_US + 1)}
     seconds, missing = recovery_s(FAULT_US, ["a", "b"], windows, {("a", 1): FAULT_US // 1000})
     assert seconds is None and missing == ["b"]
+
+
+def test_the_answer_wait_is_the_longest_a_window_of_fresh_data_waited_for_its_answer() -> None:
+    windows = {("a", 1): _window("a", 1, FAULT_US - 1),  # old data: not counted
+               ("a", 2): _window("a", 2, FAULT_US + 1),
+               ("b", 1): _window("b", 1, FAULT_US + 1)}
+    at = FAULT_US // 1000
+    window_at = {("a", 1): at, ("a", 2): at + 100, ("b", 1): at + 100}
+    response_at = {("a", 1): at + 60_000, ("a", 2): at + 6_100, ("b", 1): at + 150}
+    assert answer_wait_s(FAULT_US, windows, window_at, response_at) == 6.0
+    assert answer_wait_s(FAULT_US, windows, window_at, {}) is None
 
 
 def test_a_clean_outcome_meets_the_acceptance() -> None:
