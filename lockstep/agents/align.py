@@ -161,7 +161,8 @@ class AlignAgent:
             self.telemetry.token(token.modality, "replayed")
             return
         stale_us = self._stale_us(token.stream_id)
-        if stale_us and now_us - token.t_us > stale_us:
+        # A replay was captured long before it was published: aligned, never stale.
+        if stale_us and now_us - token.t_us > stale_us and not token.replay:
             await self._late(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,
                 t_us=token.t_us, watermark_us=now_us - stale_us, at_us=now_us,
@@ -257,7 +258,7 @@ class AlignAgent:
             timeline = window.timeline
             held = timeline.aligned_us - timeline.ingest_us
             self.telemetry.stage(STAGE, held / 1e6, slo_class=window.slo_class)
-            spent = timeline.aligned_us - timeline.capture_us
+            spent = timeline.aligned_us - window.budget_start_us
             self.rate.floor = self.degraded_stride if self.degraded(window.slo_class) else 1
             self.aligner.stride = self.rate.observe(spent / self.risk_budget_us)
             try:

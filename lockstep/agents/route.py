@@ -116,14 +116,14 @@ class RouteAgent:
         if guarded and (window.stream_id, window.window_seq) in replay.keys:
             acked()
             return
-        deadline_us = window.timeline.capture_us + int(
-            self.slo.budget_ms(window.slo_class) * 1000)
+        start_us = window.budget_start_us
+        deadline_us = start_us + int(self.slo.budget_ms(window.slo_class) * 1000)
         if received >= deadline_us:
             await self._answer(window, "none", received, acked, status="expired",
                                reason="stale", detail=(
-                f"stale: reached route {(received - window.timeline.capture_us) / 1000:.1f} ms "
-                f"after capture, past the {window.slo_class} budget of "
-                f"{self.slo.budget_ms(window.slo_class):.0f} ms"))
+                f"stale: reached route {(received - start_us) / 1000:.1f} ms "
+                f"after {'align read it' if window.replay else 'capture'}, past the "
+                f"{window.slo_class} budget of {self.slo.budget_ms(window.slo_class):.0f} ms"))
             return
         routed = self.router.route(window, received, self._downstream_p99_us(received),
                                    degraded=self.degraded(window.slo_class))
@@ -152,8 +152,10 @@ class RouteAgent:
             timeline=window.timeline.model_copy(update={"routed_us": received,
                                                         "responded_us": responded}),
             status=status, reason=reason, detail=detail,  # type: ignore[arg-type]
-            e2e_us=responded - window.timeline.capture_us)
-        if status == "expired":
+            e2e_us=responded - window.timeline.capture_us, replay=window.replay)
+        if window.replay:
+            self.telemetry.replay(slo_class=window.slo_class, status=status)
+        elif status == "expired":
             self.telemetry.expired(slo_class=window.slo_class)
         await self.outbox.send_record(catalog.RESPONSES, window.stream_id.encode(), response,
                                       acked)

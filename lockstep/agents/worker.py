@@ -169,7 +169,8 @@ class WorkerAgent:
         sent = wall_us()
         response = response.model_copy(
             update={"timeline": response.timeline.model_copy(update={"responded_us": sent}),
-                    "e2e_us": sent - response.timeline.capture_us})
+                    "e2e_us": sent - response.timeline.capture_us,
+                    "replay": request.window.replay})
         budget_s = self.settings.slo.budget_ms(response.slo_class) / 1000.0
         expired = response.status == "expired"
         ack = self._acker(record)
@@ -178,7 +179,9 @@ class WorkerAgent:
             acked = wall_us()
             self.telemetry.stage("respond", (acked - sent) / 1e6, route=response.route,
                                  pool=self.pool, slo_class=response.slo_class)
-            if expired:
+            if response.replay:  # kept out of the live SLO figures
+                self.telemetry.replay(slo_class=response.slo_class, status=response.status)
+            elif expired:
                 self.telemetry.expired(slo_class=response.slo_class)
             else:
                 self.telemetry.e2e((acked - response.timeline.capture_us) / 1e6,

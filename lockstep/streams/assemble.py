@@ -106,11 +106,14 @@ class WindowAssembler:
             if (state is None and m in expected) or (state is not None and not state.present):
                 missing.append(m)
         capture = ingest = -(1 << 62)
+        replay = False
         members: dict[Modality, list[int]] = {}
         for m, items in owned.items():
             members[m] = seqs = []
             for i in items:
                 seqs.append(i.seq)
+                if i.token.replay:
+                    replay = True
                 t_us = i.token.t_us
                 if t_us > capture:
                     capture = t_us
@@ -129,6 +132,7 @@ class WindowAssembler:
             timeline=trusted(Timeline,
                 capture_us=capture, ingest_us=ingest, aligned_us=now_us,
                 routed_us=0, dequeued_us=0, inferred_us=0, responded_us=0),
+            replay=replay,
         )
 
 

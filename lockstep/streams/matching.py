@@ -118,7 +118,8 @@ def _cut(chunks: Sequence[Item], start: int, end: int,
     return trusted(AudioToken, stream_id=first.stream_id, seq=first.seq, t_us=start,
                    encoding=encoding, sample_rate=rate, channels=channels,
                    duration_us=duration, data=bytes(out), modality=first.modality,
-                   asr_confidence=confidence, asr_text=" ".join(texts) or None)
+                   asr_confidence=confidence, asr_text=" ".join(texts) or None,
+                   replay=first.replay)
 
 
 def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,

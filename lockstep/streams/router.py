@@ -24,7 +24,8 @@ While the window's SLO class is in degraded mode (:mod:`lockstep.streams.slo`), 
 go ``full`` takes ``slo.breach.degraded_route`` (``text_only``) with reason ``slo_degraded``.
 
 Each route maps to a pool (``route.pools``); priority is ``a·S + (1 - a)·R``
-(:mod:`lockstep.streams.priority`) and the deadline is capture time plus the class's budget.
+(:mod:`lockstep.streams.priority`) and the deadline is capture time plus the class's budget
+(for a replay, the time align received it: :attr:`~lockstep.topics.schemas.Window.budget_start_us`).
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ class Router:
         r = self._route
         missing = window.missing
         video = window.video if Modality.VIDEO not in missing else None
-        vision = video_confidence(video, now_us - video.t_us if video is not None else 0,
+        # A replay's frame is as old as it would be live: counted from when align received it.
+        shift = window.budget_start_us - window.timeline.capture_us
+        vision = video_confidence(video, now_us - shift - video.t_us if video is not None else 0,
                                   decoded=decoded)
         # A modality the aligner names missing has confidence 0, whatever it carries.
         audio = audio_confidence(window.audio) if Modality.AUDIO not in missing else 0.0
@@ -150,7 +153,7 @@ class Router:
         else:
             return Routed(DROP, "nothing_usable", None, conf)
         budget_us = int(self._slo.budget_ms(window.slo_class) * 1000)
-        deadline = window.timeline.capture_us + budget_us
+        deadline = window.budget_start_us + budget_us
         importance = self._lexicon.importance(asr_texts + [o.text for o in window.ocr])
         risk = sla_risk(deadline - now_us, downstream_p99_us)
         timeline = _replace(window.timeline, "routed_us", now_us)

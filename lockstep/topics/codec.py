@@ -97,7 +97,12 @@ def encode(record: BaseModel) -> bytes:
     kind = _KINDS.get(type(record))
     if kind is None:
         raise TypeError(f"{type(record).__name__} is not a Lockstep wire record")
-    body = msgpack.packb(record.__dict__, default=_plain, use_bin_type=True)
+    fields = record.__dict__
+    if kind in TOKEN_KINDS and not fields["replay"]:
+        # Tokens are read strictly: ``replay`` is sent only when set, so a live token
+        # stays readable by aligners that predate the field (docs/wire-format.md §4).
+        fields = {k: v for k, v in fields.items() if k != "replay"}
+    body = msgpack.packb(fields, default=_plain, use_bin_type=True)
     return MAGIC + bytes((VERSION, kind)) + body
 
 

@@ -78,6 +78,10 @@ class _Token(_Record):
     stream_id: StreamId
     seq: TokenSeq
     t_us: EventTime
+    #: Replayed media (recorded long before it is published, or published faster than
+    #: captured): its windows are answered but kept out of the live SLO figures. Sent only
+    #: when true (docs/wire-format.md §4).
+    replay: StrictBool = False
 
 
 class VideoToken(_Token):
@@ -210,11 +214,22 @@ class Window(_Record):
     ocr: list[OcrToken] = Field(default_factory=list)
     sensor: list[SensorToken] = Field(default_factory=list)
     timeline: Timeline = Field(default_factory=Timeline)
+    #: Built from replayed media (a member token has ``replay``).
+    replay: StrictBool = False
 
     @property
     def partial(self) -> bool:
         """True when at least one modality is missing."""
         return bool(self.missing)
+
+    @property
+    def budget_start_us(self) -> int:
+        """Where the window's SLO budget starts (µs): its newest token's capture time.
+
+        A replay's media was captured long before it was published, so its budget starts
+        when align received its newest token (``timeline.ingest_us``).
+        """
+        return self.timeline.ingest_us if self.replay else self.timeline.capture_us
 
 
 class TokenDrop(_Record):
@@ -277,6 +292,8 @@ class Response(_Record):
     e2e_us: Annotated[StrictInt, Field(description=(
         "timeline.responded_us - timeline.capture_us: capture of the window's newest token "
         "(producer clock) to the response produced (µs); 0 when not measured"))] = 0
+    #: The window was built from replayed media: not scored against the live SLO.
+    replay: StrictBool = False
 
 
 class DeadLetter(_Record):
