@@ -113,6 +113,7 @@ def chaos(scenario_names: tuple[str, ...], seconds: float | None, streams: int,
     with two windows, a window unanswered, a role crash, a slow recovery.
     """
     from lockstep.chaos.apache import DEFAULT_POM
+    from lockstep.chaos.apache.node import NodeOptions, Runtime
     from lockstep.chaos.run import ChaosOptions, run_scenario
     from lockstep.chaos.scenarios import SCENARIOS, select
 
@@ -121,9 +122,12 @@ def chaos(scenario_names: tuple[str, ...], seconds: float | None, streams: int,
             click.echo(f"{s.name:<20} {s.about}")
         return
     chosen = select(scenario_names)
+    # Java and the jars once, up front: a missing one is one line, not eight failures.
+    runtime = Runtime.resolve(NodeOptions(pom=kafka_pom or DEFAULT_POM,
+                                          classpath=kafka_classpath or None))
     options = ChaosOptions(streams=streams, seconds=seconds,
                            session_timeout_ms=session_timeout_ms, drain_s=drain_s,
-                           classpath=kafka_classpath or None, pom=kafka_pom or DEFAULT_POM,
+                           classpath=runtime.classpath, pom=kafka_pom or DEFAULT_POM,
                            work_dir=work_dir, keep=keep_logs, role_log_level=role_log_level)
 
     async def main() -> list[Outcome]:

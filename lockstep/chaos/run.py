@@ -177,7 +177,8 @@ async def run_scenario(scenario: Scenario, options: ChaosOptions) -> Outcome:
     finally:
         await asyncio.shield(asyncio.to_thread(brokers.stop))
         outcome.wall_s = time.monotonic() - began
-        if options.keep or not outcome.ok:
+        logged = await asyncio.to_thread(lambda: any(work_dir.glob("*.log")))
+        if options.keep or (not outcome.ok and logged):
             outcome.logs = str(work_dir)
         else:
             shutil.rmtree(work_dir, ignore_errors=True)

@@ -131,3 +131,18 @@ def test_chaos_with_an_unknown_scenario_says_so_in_one_line_and_exits_2() -> Non
         "lockstep: error: unknown chaos scenario kill-everything; choose from kill-align, "
         "kill-route, kill-worker, broker-sigterm, broker-sigkill, cluster-broker-kill, "
         "hostile, flood"]
+
+
+def test_chaos_without_the_kafka_jars_says_how_to_give_them_in_one_line() -> None:
+    result = CliRunner().invoke(cli, ["chaos", "kill-align", "--kafka-classpath",
+                                      "/nonexistent/kafka.jar"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "lockstep: error: the Kafka classpath names /nonexistent/kafka.jar, which does not "
+        "exist"]
+
+
+def test_chaos_without_a_pom_names_the_classpath_option() -> None:
+    result = CliRunner().invoke(cli, ["chaos", "--kafka-pom", "/nonexistent/pom.xml"])
+    assert result.exit_code == 1
+    assert "--kafka-classpath CP or LOCKSTEP_KAFKA_CLASSPATH" in result.output
