@@ -61,6 +61,9 @@ class DeliveryStats:
     bytes_sent: int
     #: The first distinct delivery errors, for the report.
     errors: tuple[str, ...]
+    #: Tokens refused before sending, per modality, because align would dead-letter them
+    #: (counted in ``sent`` and ``failed`` too).
+    refused: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> int:
@@ -97,6 +100,24 @@ class PublishReport:
     retries: int = 0
     #: The first distinct delivery errors.
     errors: list[str] = field(default_factory=list)
+    #: Tokens sent per stream and modality; the first and last ``seq`` sent of each.
+    by_stream: dict[str, Counter[str]] = field(default_factory=dict)
+    seqs: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    bytes_sent: int = 0
+
+    def count_sent(self, key: TokenKey, size: int) -> None:
+        """One token of ``size`` bytes handed to the producer (once, however often re-sent)."""
+        modality = key.modality.value
+        self.sent[modality] += 1
+        self.by_stream.setdefault(key.stream_id, Counter())[modality] += 1
+        first = self.seqs.get((key.stream_id, modality), (key.seq, 0))[0]
+        self.seqs[(key.stream_id, modality)] = (first, key.seq)
+        self.bytes_sent += size
+
+    def stats(self) -> DeliveryStats:
+        """The delivery counts in the form :class:`Publisher` reports them."""
+        return DeliveryStats(dict(self.sent), dict(self.by_modality),
+                             dict(self.failed_by_modality), self.bytes_sent, tuple(self.errors))
 
     @property
     def failed_by_modality(self) -> Counter[str]:

@@ -18,10 +18,10 @@ from lockstep.clikit import (
     run_async,
     settings_for,
 )
-from lockstep.errors import BadInput, BrokerError, ConfigError, MediaError
+from lockstep.errors import BadInput, BrokerError, ConfigError, MediaError, ReasonCode
 from lockstep.logfilter import route_client_logs
+from lockstep.publishcheck import check_stream_ids
 from lockstep.records import describe_response
-from lockstep.streams.settings import Settings
 from lockstep.topics import catalog
 from lockstep.topics.admin import admin_client, wait_for_partitions
 from lockstep.topics.codec import decode_as
@@ -41,7 +41,7 @@ from lockstep.topics.schemas import Response
 @click.option("--seconds", default=None, type=click.FloatRange(0.1, 86400),
               help="Stop after this much media time (--synthetic: wall time, default 10).")
 @click.option("--prefix", default="synthetic-", show_default=True,
-              help="--synthetic: stream ids are PREFIX + cam<i>.")
+              help="--synthetic without --stream: stream ids are PREFIX + cam<i>.")
 @click.option("--realtime/--fast", default=True, show_default=True,
               help="Pace tokens at their capture times, or publish as fast as possible.")
 @click.option("--anchor", default="wall", show_default=True, metavar="wall|file|TIME",
@@ -51,8 +51,9 @@ from lockstep.topics.schemas import Response
               help="Target video rate (default: the source's).")
 @click.option("--width", type=click.IntRange(2, 16384), default=None, help="Frame width.")
 @click.option("--height", type=click.IntRange(2, 16384), default=None, help="Frame height.")
-@click.option("--format", "video_format", default="jpeg", show_default=True,
-              type=click.Choice(["jpeg", "png", "rgb24", "gray8"]), help="Frame encoding.")
+@click.option("--format", "video_format", default=None,
+              type=click.Choice(["jpeg", "png", "rgb24", "gray8"]),
+              help="Frame encoding (default: jpeg; gray8 with --synthetic).")
 @click.option("--jpeg-quality", default=80, show_default=True, type=click.IntRange(1, 100))
 @click.option("--chunk-ms", default=20.0, show_default=True, type=click.FloatRange(20, 40),
               help="Audio chunk length (16 kHz mono pcm_s16le).")
@@ -89,20 +90,47 @@ def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ..
 
     Video is sampled, resized and encoded (JPEG by default), audio resampled to 16 kHz
     mono PCM chunks, with capture times from the container's PTS; OCR and sensor tokens
-    come from JSONL sidecars. Prints a summary; exits 1 if a stream did not complete or a
-    token was not acknowledged by the broker within --delivery-timeout (the summary and
-    the error line say how many tokens per modality were sent, acknowledged and failed).
+    come from JSONL sidecars. With --synthetic, generated streams are published in real
+    time instead. Stream ids and capture times are checked before anything is sent (one
+    from the future exits 2); media published --fast, or captured long before it is
+    published, is marked replay (docs/media.md). Prints a summary; exits 1 if a stream did
+    not complete, a token was refused before sending because align would dead-letter it,
+    or a token was not acknowledged by the broker within --delivery-timeout (the summary
+    and the error line say how many tokens per modality were sent, acknowledged and failed).
     """
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
-    check_cluster(settings)
-    route_client_logs()
+    check_stream_ids(stream_ids)
     if synthetic:
         if sources:
             raise ConfigError("give SOURCEs or --synthetic, not both")
-        _publish_synthetic(settings, streams, seconds or 10.0, prefix, delivery_timeout)
+        from lockstep.synthetic_command import MEDIA_ONLY, synthetic_config, synthetic_ids
+
+        given = [name for name in MEDIA_ONLY if _given(ctx, name)]
+        if given or not media["realtime"]:
+            flag = "--fast" if not given else f"--{given[0].replace('_', '-')}"
+            raise ConfigError(f"{flag} applies to media SOURCEs, not to --synthetic")
+        if stream_ids and _given(ctx, "prefix"):
+            raise ConfigError("give --stream or --prefix, not both")
+        ids = synthetic_ids(stream_ids, streams, prefix)
+        config = synthetic_config(
+            fps=media["fps"], width=media["width"], height=media["height"],
+            video_format=media["video_format"] or "gray8", jpeg_quality=media["jpeg_quality"],
+            chunk_ms=media["chunk_ms"], video=media["video"], audio=media["audio"],
+            max_record_bytes=settings.kafka.max_record_bytes)
+    elif _given(ctx, "prefix"):
+        raise ConfigError("--prefix names --synthetic streams: give --stream ID")
+    check_cluster(settings)
+    route_client_logs()
+    if synthetic:
+        from lockstep.synthetic_command import publish_synthetic_command
+
+        publish_synthetic_command(settings, ids, seconds or 10.0, config,
+                                  delivery_timeout=delivery_timeout,
+                                  progress=media["progress"], as_json=media["as_json"])
         return
     from lockstep.media.command import publish_media
 
+    media["video_format"] = media["video_format"] or "jpeg"
     report = publish_media(settings, sources, stream_ids, streams, seconds,
                            delivery_timeout=delivery_timeout, **media)
     if report["ok"]:
@@ -112,40 +140,18 @@ def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ..
             f"tokens not delivered ({report['delivery_line']})")
     if incomplete:
         raise MediaError(f"publishing incomplete: streams {incomplete} did not finish; {lost}")
+    if report["refused"]:
+        reason = next(e for e in report["delivery_errors"] if "refused before sending" in e)
+        raise BadInput(f"{report['refused']:,} of {report['tokens_published']:,} tokens "
+                       f"refused before sending, as align would dead-letter them ({reason}); "
+                       f"{lost}", ReasonCode.FUTURE_T_US)
     raise BrokerError(f"{lost}; first error: {(report['delivery_errors'] or ['none'])[0]}")
 
 
-def _publish_synthetic(settings: Settings, streams: int, seconds: float, prefix: str,
-                       delivery_timeout: float) -> None:
-    from lockstep.publisher import publish_synthetic
-    from lockstep.streams.telemetry import Telemetry
-
-    telemetry = Telemetry()
-    ids = [f"{prefix}cam{i}" for i in range(streams)]
-    report = run_async(publish_synthetic(settings.kafka, ids, seconds, telemetry,
-                                         delivery_timeout_s=delivery_timeout))
-    stats = telemetry.stage_stats().get("publish")
-    failed = report.failed_by_modality
-    click.echo(json.dumps({
-        "ok": report.ok,
-        "tokens_published": len(report.keys),
-        "tokens_by_modality": dict(sorted(report.by_modality.items())),
-        "sent": sum(report.sent.values()),
-        "acked": len(report.keys),
-        "failed": len(report.failed),
-        "delivery": {m: {"sent": n, "acked": report.by_modality[m], "failed": failed[m]}
-                     for m, n in sorted(report.sent.items())},
-        "retries": report.retries,
-        "delivery_errors": report.errors,
-        "streams": ids,
-        "seconds": round(report.seconds, 3),
-        "publish_p50_ms": round(stats.p50_ms, 3) if stats else None,
-        "publish_p99_ms": round(stats.p99_ms, 3) if stats else None,
-    }))
-    if not report.ok:
-        first = f"; first error: {report.errors[0]}" if report.errors else ""
-        raise BrokerError(f"{len(report.failed):,} of {sum(report.sent.values()):,} tokens "
-                          f"not delivered ({report.line()}){first}")
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was given (on the command line or in the environment)."""
+    source = ctx.get_parameter_source(name)
+    return source not in (None, click.core.ParameterSource.DEFAULT)
 
 
 @click.command()

@@ -1,152 +1,43 @@
-"""Publishing tokens: the :class:`Publisher` API and synthetic streams (the demo).
+"""Publishing tokens: the :class:`Publisher` API (and :func:`publish_synthetic`, re-exported).
 
 :class:`Publisher` is the producer's Python API on confluent-kafka: tokens keyed by
 ``stream_id`` to their ``media.*`` topic with the Java-compatible murmur2 partitioner,
 idempotence on, batching, compression, delivery reports, and a bound on the data in flight
-(``publish`` blocks while it is full). :func:`publish_synthetic` (``lockstep publish
---synthetic``, the demo) produces each synthetic token when its capture time comes, on
-aiokafka through :class:`~lockstep.delivery.RetryingSender`. Both count acknowledgements,
-not sends, retry through a broker restart up to a delivery timeout and report what still
-failed. The ``publish`` stage latency is capture time → broker acknowledgement.
+(``publish`` blocks while it is full). It counts acknowledgements, not sends, retries
+through a broker restart up to a delivery timeout and reports what still failed; a token
+align would dead-letter for its capture time (too far in the future) is refused before it
+is sent, and counted. Tokens of the streams marked with :meth:`Publisher.mark_replay` are
+sent as replayed media (docs/wire-format.md §4). The ``publish`` stage latency is capture
+time → broker acknowledgement. :func:`publish_synthetic` lives in
+:mod:`lockstep.synthetic_publish`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from functools import partial
 from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from lockstep.delivery import (
-    DELIVERY_TIMEOUT_S,
-    MAX_ERRORS,
-    DeliveryStats,
-    OutageLog,
-    Outgoing,
-    RetryingSender,
-)
+from lockstep.delivery import DELIVERY_TIMEOUT_S, MAX_ERRORS, DeliveryStats, OutageLog
 from lockstep.delivery import PublishReport as PublishReport  # re-exported for callers
 from lockstep.errors import BrokerError, ConfigError
 from lockstep.logfilter import LIBRDKAFKA
 from lockstep.streams.aligner import TokenKey
 from lockstep.streams.settings import KafkaSettings
-from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
 from lockstep.streams.telemetry import Telemetry
+from lockstep.synthetic_publish import BAD_RECORDS as BAD_RECORDS  # re-exported
+from lockstep.synthetic_publish import publish_synthetic as publish_synthetic  # re-exported
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import Token
 
 log = logging.getLogger(__name__)
-
-#: Records that are not Lockstep tokens, published by ``--inject-bad`` to show dead-lettering.
-BAD_RECORDS: tuple[bytes, ...] = (
-    b"not a lockstep record",
-    b"LS\x09\x01unsupported version",
-    b"LS\x01\x01\xc1",  # valid header, broken MessagePack
-)
-
-
-async def publish_synthetic(
-    kafka: KafkaSettings,
-    stream_ids: Sequence[str],
-    seconds: float,
-    telemetry: Telemetry,
-    *,
-    config: SyntheticConfig | None = None,
-    configs: Mapping[str, SyntheticConfig] | None = None,
-    inject_bad: int = 0,
-    tick_s: float = 0.005,
-    delivery_timeout_s: float = DELIVERY_TIMEOUT_S,
-    outage_log_s: float = 10.0,
-) -> PublishReport:
-    """Publish synthetic streams for ``seconds`` of wall time, paced by capture time.
-
-    Waits for the broker first (up to ``delivery_timeout_s``). Every token captured in
-    the first ``seconds`` is sent, also those that came due while a send waited for the
-    broker; returns once each is acknowledged or given up on (``report.ok``: all were).
-
-    Args:
-        kafka: Connection settings.
-        stream_ids: One synthetic stream per id.
-        seconds: How long to publish.
-        telemetry: Receives the ``publish`` stage latency.
-        config: Rates and sizes of the streams.
-        configs: Per-stream configurations that override ``config``.
-        inject_bad: Also publish this many undecodable records (spread over the run).
-        tick_s: Pacing interval.
-        delivery_timeout_s: How long a token is re-sent after retriable failures.
-        outage_log_s: Interval of the "broker unreachable" log line.
-
-    Raises:
-        BrokerError: No broker answered within ``delivery_timeout_s`` (nothing was sent).
-    """
-    report = PublishReport()
-    outage = OutageLog(kafka.require_bootstrap(), interval_s=outage_log_s)
-    sender = RetryingSender(kafka, on_ack=partial(_acked, report, telemetry),
-                            on_fail=partial(_failed, report), outage=outage,
-                            delivery_timeout_s=delivery_timeout_s)
-    await sender.start()
-    start_us = time.time_ns() // 1000
-    sources = [SyntheticStream(sid, start_us, (configs or {}).get(sid) or config
-                               or SyntheticConfig()) for sid in stream_ids]
-    end_us = start_us + round(seconds * 1e6)
-    bad_every = seconds / (inject_bad + 1) if inject_bad else 0.0
-    bad_sent = 0
-    begin = time.monotonic()
-
-    async def send_due(now_us: int) -> None:
-        for source in sources:
-            for token in source.due(min(now_us, end_us)):
-                report.sent[token.modality.value] += 1
-                await sender.send(Outgoing(
-                    catalog.MEDIA[token.modality], encode(token), token.stream_id.encode(),
-                    token.modality.value, TokenKey(token.stream_id, token.modality, token.seq),
-                    token.t_us))
-
-    try:
-        while (elapsed := time.monotonic() - begin) < seconds:
-            await send_due(time.time_ns() // 1000)
-            if inject_bad and bad_sent < inject_bad and elapsed >= bad_every * (bad_sent + 1):
-                topic = list(catalog.MEDIA.values())[bad_sent % len(catalog.MEDIA)]
-                await sender.send(Outgoing(topic, BAD_RECORDS[bad_sent % len(BAD_RECORDS)],
-                                           stream_ids[0].encode(), "bad"))
-                bad_sent += 1
-            await asyncio.sleep(tick_s)
-        await send_due(end_us)  # what came due while a send waited for the broker
-        await sender.drain()
-    finally:
-        await sender.stop()
-        report.retries = sender.retries
-    report.seconds = time.monotonic() - begin
-    if not report.ok:
-        log.warning("not every token was delivered: %s", report.line(),
-                    extra={"stage": "publish"})
-    return report
-
-
-def _acked(report: PublishReport, telemetry: Telemetry, item: Outgoing) -> None:
-    if item.token is None:
-        report.bad_records += 1
-        return
-    report.keys.add(item.token)
-    report.by_modality[item.label] += 1
-    telemetry.stage("publish", max(0.0, (time.time_ns() // 1000 - item.capture_us) / 1e6))
-    telemetry.token(item.label, "published")  # the ledger's left-hand side
-
-
-def _failed(report: PublishReport, item: Outgoing, reason: str) -> None:
-    if item.token is None:
-        report.bad_records_failed += 1
-    else:
-        report.failed[item.token] = reason
-    report.note(reason)
-
 
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -174,7 +65,7 @@ class Publisher:
                  max_in_flight_bytes: int = 64 * 1_048_576, idempotence: bool = True,
                  telemetry: Telemetry | None = None, block_timeout_s: float | None = None,
                  delivery_timeout_s: float = DELIVERY_TIMEOUT_S, track_keys: bool = False,
-                 outage_log_s: float = 10.0) -> None:
+                 outage_log_s: float = 10.0, max_future_ms: float | None = 5_000.0) -> None:
         """Create the producer.
 
         Args:
@@ -195,6 +86,9 @@ class Publisher:
             track_keys: Keep the key of every token acknowledged or failed
                 (:meth:`acknowledged_keys`, :meth:`failed_keys`).
             outage_log_s: Interval of the "broker unreachable" log line.
+            max_future_ms: A token captured further ahead of the clock than this when it
+                is published is refused, not sent: align would dead-letter it (give the
+                pipeline's ``align.max_future_ms``; None: send every token).
         """
         timeout_ms = max(1, round(delivery_timeout_s * 1000))
         config: dict[str, Any] = {
@@ -225,6 +119,9 @@ class Publisher:
         self._sent: Counter[str] = Counter()
         self._acked: Counter[str] = Counter()
         self._failed: Counter[str] = Counter()
+        self._refused: Counter[str] = Counter()
+        self._max_future_us = None if max_future_ms is None else round(max_future_ms * 1000)
+        self._replay: frozenset[str] = frozenset()
         self._acked_keys: set[TokenKey] = set()
         self._failed_keys: dict[TokenKey, str] = {}
         self._bytes = 0
@@ -268,16 +165,34 @@ class Publisher:
             time.sleep(pause)
             pause = min(pause * 2, 5.0)
 
+    def mark_replay(self, stream_ids: Iterable[str]) -> None:
+        """Send the tokens of these streams as replayed media (``replay``, wire format §4).
+
+        Their windows are answered but kept out of the live SLO figures.
+        """
+        self._replay = frozenset(stream_ids)
+
     def publish(self, token: Token) -> None:
         """Encode and produce one token; block while the in-flight bound is reached.
+
+        A token captured more than ``max_future_ms`` ahead of the clock is not sent: it
+        counts as refused (and failed), with the reason among the errors.
 
         Raises:
             BrokerError: No room in flight within ``block_timeout_s``, or the producer
                 rejected the record (e.g. larger than ``message.max.bytes``).
         """
-        value = encode(token)
         modality = token.modality.value
         key = TokenKey(token.stream_id, token.modality, token.seq) if self._track_keys else None
+        if self._max_future_us is not None:
+            ahead_us = token.t_us - time.time_ns() // 1000
+            if ahead_us > self._max_future_us:
+                self._refuse(modality, key, f"t_us {token.t_us} is {ahead_us / 1e6:,.1f} s "
+                             "ahead of the clock")
+                return
+        if token.stream_id in self._replay and not token.replay:
+            token = token.model_copy(update={"replay": True})
+        value = encode(token)
         callback = partial(self._on_delivery, modality, token.t_us, key)
         deadline = time.monotonic() + self._block_timeout_s
         while True:
@@ -299,6 +214,17 @@ class Publisher:
             self._bytes += len(value)
         self._producer.poll(0)
         self.outage.check(len(self._producer))
+
+    def _refuse(self, modality: str, key: TokenKey | None, reason: str) -> None:
+        with self._lock:
+            self._sent[modality] += 1
+            self._failed[modality] += 1
+            self._refused[modality] += 1
+            self._note(f"{modality}: refused before sending: captured more than "
+                       f"{(self._max_future_us or 0) / 1e6:g} s ahead of the clock, which "
+                       "align dead-letters")
+            if key is not None:
+                self._failed_keys[key] = reason
 
     def flush(self, timeout_s: float | None = None) -> int:
         """Wait for every delivery report; return the number still in flight.
@@ -330,7 +256,7 @@ class Publisher:
         """A snapshot of what was sent, acknowledged and failed."""
         with self._lock:
             return DeliveryStats(dict(self._sent), dict(self._acked), dict(self._failed),
-                                 self._bytes, tuple(self._errors))
+                                 self._bytes, tuple(self._errors), dict(self._refused))
 
     def acknowledged_keys(self) -> set[TokenKey]:
         """Keys of the tokens acknowledged so far (needs ``track_keys``)."""

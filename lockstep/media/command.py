@@ -18,6 +18,7 @@ from lockstep.media.report import progress_line, render_summary, summary
 from lockstep.media.run import MediaPublish, StreamProgress, plan_streams
 from lockstep.media.sidecar import Sidecar, read_sidecar
 from lockstep.media.source import MediaOptions, Perception
+from lockstep.publishcheck import capture_plan, check_stream_ids, summary_lines
 from lockstep.publisher import Publisher
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
@@ -42,6 +43,7 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
             ``delivery_timeout`` seconds (nothing was published).
     """
     plans = plan_streams(sources, stream_ids, copies)
+    check_stream_ids(plan.stream_id for plan in plans)
     options = MediaOptions(fps=fps, width=width, height=height, video_format=video_format,
                            jpeg_quality=jpeg_quality, audio_chunk_ms=chunk_ms, video=video,
                            audio=audio, anchor=anchor, max_seconds=seconds,
@@ -70,10 +72,17 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
     # capture → ack is a latency only when capture times are the wall clock, paced live
     telemetry = Telemetry() if realtime and anchor == "wall" else None
     publisher = Publisher(settings.kafka, compression=compression, idempotence=idempotence,
-                          telemetry=telemetry, delivery_timeout_s=delivery_timeout)
+                          telemetry=telemetry, delivery_timeout_s=delivery_timeout,
+                          max_future_ms=settings.align.max_future_ms)
     publisher.wait_for_topics(catalog.MEDIA.values())
     job = MediaPublish(publisher, plans, options, sidecars, realtime=realtime,
                        perception=perception)
+    try:  # before anything is sent: capture times from the future, replays
+        capture = capture_plan(settings, job.capture_spans(), realtime=realtime, anchor=anchor)
+    except ConfigError:
+        job.close()
+        raise
+    publisher.mark_replay(capture.replay)
     show = sys.stderr.isatty() if progress is None else progress
     began = time.monotonic()
 
@@ -89,5 +98,8 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
     stage = telemetry.stage_stats().get("publish") if telemetry else None
     report = summary(result, publisher.stats(), undelivered, elapsed,
                      (round(stage.p50_ms, 3), round(stage.p99_ms, 3)) if stage else None)
-    click.echo(json.dumps(report) if as_json else render_summary(report))
+    report.update(replay=sorted(capture.replay), replay_reason=capture.reason,
+                  refused=sum(publisher.stats().refused.values()))
+    click.echo(json.dumps(report) if as_json
+               else "\n".join([render_summary(report), *summary_lines(report)]))
     return report

@@ -16,6 +16,7 @@ from lockstep.errors import ConfigError, LockstepError
 from lockstep.media.sidecar import Sidecar, sidecar_tokens
 from lockstep.media.source import MediaOptions, MediaSource, Perception
 from lockstep.media.timing import Pacer
+from lockstep.publishcheck import CaptureSpan
 from lockstep.publisher import Publisher
 from lockstep.topics.schemas import OcrToken, SensorToken, Token
 
@@ -100,6 +101,17 @@ class MediaPublish:
             self.close()
             raise
         self.stop = threading.Event()
+
+    def capture_spans(self) -> list[CaptureSpan]:
+        """Per stream, the first and last capture time it will carry (last: None if unknown)."""
+        spans = []
+        for (source, side), progress in zip(self._opened, self.progress, strict=True):
+            first = min([source.clock.anchor_us, *(t.t_us for t in side)])
+            length = [s for s in (source.declared_s, source.options.max_seconds) if s]
+            last = (max([source.clock.anchor_us + round(min(length) * 1e6),
+                         *(t.t_us for t in side)]) if length else None)
+            spans.append(CaptureSpan(progress.plan.stream_id, first, last))
+        return spans
 
     def close(self) -> None:
         """Release every source."""

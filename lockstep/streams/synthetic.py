@@ -1,18 +1,30 @@
 """Synthetic media streams with known timestamps, for the demo, tests and benchmarks.
 
 Pure: :meth:`SyntheticStream.due` returns the tokens captured up to a given time.
-Video is a bright square moving over a gradient (gray8), audio a sine tone (pcm_s16le),
-OCR a caption that changes every ``ocr_every_ms``, sensor a speed/heading pair.
+Video is a bright square moving over a gradient (gray8 by default; rgb24, or encoded as
+JPEG or PNG with PyAV), audio a sine tone (pcm_s16le), OCR a caption that changes every
+``ocr_every_ms``, sensor a speed/heading pair.
+
+Capture times lie on each modality's grid of periods. By default the grid starts at the
+stream's ``start_us`` and ``seq`` at 0. With ``epoch_us`` the grid is anchored there
+instead (the CLI uses the Unix epoch): ``seq = round((t_us - epoch_us) / period)``, so a
+stream published again later under the same id continues its ``seq`` where the clock
+says, with no state kept between runs, and the captures in between show as a gap.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, Token, VideoToken
+
+FrameFormat = Literal["gray8", "rgb24", "jpeg", "png"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +34,9 @@ class SyntheticConfig:
     fps: float = 30.0
     width: int = 64
     height: int = 48
+    #: How frames are sent: raw (``gray8``, ``rgb24``) or encoded (``jpeg``, ``png``).
+    video_format: FrameFormat = "gray8"
+    jpeg_quality: int = 80
     sample_rate: int = 16_000
     audio_chunk_ms: float = 20.0
     tone_hz: float = 440.0
@@ -36,12 +51,19 @@ class SyntheticConfig:
 
 @dataclass
 class SyntheticStream:
-    """One stream's token generator, starting at ``start_us`` (capture clock)."""
+    """One stream's token generator, starting at ``start_us`` (capture clock).
+
+    ``epoch_us`` anchors the capture grid (and ``seq`` 0) there rather than at
+    ``start_us``; the first token of each modality is then the first grid point at or
+    after ``start_us``.
+    """
 
     stream_id: str
     start_us: int
     config: SyntheticConfig = field(default_factory=SyntheticConfig)
+    epoch_us: int | None = None
     _next_index: dict[Modality, int] = field(default_factory=dict)
+    _encoder: _FrameEncoder | None = field(default=None, repr=False)
 
     def _period_us(self, modality: Modality) -> float:
         c = self.config
@@ -52,16 +74,25 @@ class SyntheticStream:
             Modality.SENSOR: 1e6 / c.sensor_hz,
         }[modality]
 
+    def first_seq(self, modality: Modality) -> int:
+        """The ``seq`` of the stream's first token of ``modality``."""
+        if self.epoch_us is None:
+            return 0
+        return max(0, math.ceil((self.start_us - self.epoch_us) / self._period_us(modality)))
+
     def due(self, now_us: int) -> list[Token]:
         """Every token whose capture time is at or before ``now_us`` and not yet returned."""
         tokens: list[Token] = []
+        origin = self.start_us if self.epoch_us is None else self.epoch_us
         for modality in Modality:
             if modality in self.config.withheld:
                 continue
             period = self._period_us(modality)
-            i = self._next_index.get(modality, 0)
-            while self.start_us + int(i * period) <= now_us:
-                tokens.append(self._make(modality, i, self.start_us + int(i * period)))
+            i = self._next_index.get(modality)
+            if i is None:
+                i = self.first_seq(modality)
+            while origin + int(i * period) <= now_us:
+                tokens.append(self._make(modality, i, origin + int(i * period)))
                 i += 1
             self._next_index[modality] = i
         tokens.sort(key=lambda t: t.t_us)
@@ -70,7 +101,7 @@ class SyntheticStream:
     def _make(self, modality: Modality, i: int, t_us: int) -> Token:
         c = self.config
         if modality is Modality.VIDEO:
-            return VideoToken(stream_id=self.stream_id, seq=i, t_us=t_us, format="gray8",
+            return VideoToken(stream_id=self.stream_id, seq=i, t_us=t_us, format=c.video_format,
                               width=c.width, height=c.height, data=self._frame(i), quality=0.9)
         if modality is Modality.AUDIO:
             samples = round(c.sample_rate * c.audio_chunk_ms / 1000.0)
@@ -91,10 +122,49 @@ class SyntheticStream:
 
     def _frame(self, i: int) -> bytes:
         c = self.config
-        gradient = np.linspace(0, 96, c.width, dtype=np.float32)
-        frame = np.tile(gradient, (c.height, 1))
-        side = max(2, c.height // 4)
-        x = int((i * 2) % (c.width - side))
-        y = int((c.height - side) / 2 * (1 + math.sin(i / 15)))
-        frame[y:y + side, x:x + side] = 255
-        return bytes(frame.astype(np.uint8).tobytes())
+        gray = _pattern(c.width, c.height, i)
+        if c.video_format == "gray8":
+            return bytes(gray.tobytes())
+        rgb = np.repeat(gray[:, :, None], 3, axis=2)
+        rgb[:, :, 2] = np.maximum(gray, 128)  # a bluish background, the square stays white
+        if c.video_format == "rgb24":
+            return bytes(rgb.tobytes())
+        if self._encoder is None:
+            self._encoder = _FrameEncoder(c.video_format, c.width, c.height, c.jpeg_quality)
+        return self._encoder.encode(rgb)
+
+
+def _pattern(width: int, height: int, i: int) -> npt.NDArray[np.uint8]:
+    """Frame ``i``: a bright square moving over a horizontal gradient, (height, width)."""
+    gradient = np.linspace(0, 96, width, dtype=np.float32)
+    frame = np.tile(gradient, (height, 1))
+    side = max(1, min(max(2, height // 4), width - 1, height))
+    x = int((i * 2) % (width - side))
+    y = int((height - side) / 2 * (1 + math.sin(i / 15)))
+    frame[y:y + side, x:x + side] = 255
+    return frame.astype(np.uint8)
+
+
+class _FrameEncoder:
+    """Encodes RGB frames of one size as JPEG (FFmpeg's mjpeg) or PNG, with PyAV."""
+
+    def __init__(self, fmt: FrameFormat, width: int, height: int, jpeg_quality: int) -> None:
+        import av  # only streams that send encoded frames need it
+
+        jpeg = fmt == "jpeg"
+        self._av: Any = av
+        self._codec: Any = av.CodecContext.create("mjpeg" if jpeg else "png", "w")
+        self._codec.width, self._codec.height = width, height
+        self._codec.pix_fmt = "yuvj420p" if jpeg else "rgb24"
+        self._codec.time_base = Fraction(1, 1000)
+        if jpeg:  # FFmpeg's qscale: 2 (best) .. 31 (worst)
+            q = round(2 + (100 - jpeg_quality) * 29 / 99)
+            self._codec.options = {"qmin": str(q), "qmax": str(q)}
+        self._pts = 0
+
+    def encode(self, rgb: npt.NDArray[np.uint8]) -> bytes:
+        frame = self._av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        frame = frame.reformat(format=self._codec.pix_fmt)
+        frame.pts, frame.time_base = self._pts, self._codec.time_base
+        self._pts += 1  # the encoder wants increasing timestamps
+        return bytes(self._codec.encode(frame)[0])

@@ -25,7 +25,7 @@ from tests.clirun import lockstep as _cli
 pytestmark = pytest.mark.integration
 
 
-T0 = 1_800_000_000_000_000  # the generator's creation_time
+T0 = 1_768_464_000_000_000  # the files' creation_time: in the past, so --anchor file is taken
 
 
 def _settings(bootstrap: str) -> Settings:
@@ -58,7 +58,8 @@ async def _media_records(settings: Settings, stream_id: str, expect: int,
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory: pytest.TempPathFactory) -> GroundTruth:
-    return write_media(tmp_path_factory.mktemp("media"), SynthSpec(seconds=2.0))
+    return write_media(tmp_path_factory.mktemp("media"),
+                       SynthSpec(seconds=2.0, start="2026-01-15T08:00:00Z"))
 
 
 async def test_a_published_file_arrives_whole_at_its_pts(apache_kafka: str,
