@@ -106,7 +106,23 @@ def test_the_verdict_names_what_missed_the_target(report: dict[str, Any]) -> Non
     weak["slo_attainment"]["fifo"]["median"] = 0.93
     result = verdict(weak)
     assert result["ok"] is False
-    assert "lockstep 95.0 % < 99 %" in result["text"] and "fifo 93.0 % >= 90 %" in result["text"]
+    assert "lockstep 95.00 % < 99 %" in result["text"]
+    assert "fifo 93.00 % >= 90 %" in result["text"]
+
+
+def test_a_median_just_under_the_target_is_not_rounded_onto_it(report: dict[str, Any]) -> None:
+    close = copy.deepcopy(report)
+    close["slo_attainment"]["lockstep"]["median"] = 0.98962
+    assert "lockstep 98.96 % < 99 %" in verdict(close)["text"]
+
+
+def test_the_verdict_notes_a_machine_that_held_the_replay_up(report: dict[str, Any]) -> None:
+    assert "held the replay up" not in report["verdict"]["text"]  # a virtual clock is never late
+    held_up = copy.deepcopy(report)
+    held_up["lateness_p99_ms"]["fifo"]["median"] = 12.0
+    held_up["lateness_max_ms"]["fifo"]["max"] = 101.5
+    text = verdict(held_up)["text"]
+    assert "arrivals admitted up to 102 ms late, P99 12 ms" in text
 
 
 def test_the_table_shows_medians_ranges_calibration_machine_and_verdict(
