@@ -2,12 +2,15 @@
 
 - :class:`SpeechRecognizer`: pocketsphinx (extra ``asr``; its wheel ships an English
   model). A voice-activity endpointer cuts the 16 kHz mono PCM into utterances; each
-  finished utterance gives its text and the recogniser's posterior probability as
-  confidence. A JSGF grammar narrows the vocabulary (commands) and raises accuracy.
+  finished utterance gives its text and, as confidence, the posterior probability of its
+  words. A JSGF grammar narrows the vocabulary (commands) and raises accuracy.
 - :class:`TextReader`: rapidocr-onnxruntime (extra ``ocr``; ships its ONNX models) on
-  sampled frames: boxes, text and confidence.
+  frames: one line of text per caption, words spaced as the pixels show them, in reading
+  order (:mod:`lockstep.media.reading`).
 
-Nothing is fetched at run time: both packages carry their models.
+Nothing is fetched at run time: both packages carry their models. Both are slow next to
+a frame period, so :mod:`lockstep.media.perceive` runs them in processes of their own,
+beside the media rather than in front of it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lockstep.errors import ConfigError, MediaError
+from lockstep.media.reading import Line, reading_order, spaced_line
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +71,24 @@ class SpeechRecognizer:
             self._decoder = ps.Decoder(**config)
         except (RuntimeError, ValueError) as exc:
             raise MediaError(f"pocketsphinx cannot start: {exc}") from None
-        self._endpointer = ps.Endpointer(sample_rate=self.SAMPLE_RATE)
+        self._ps = ps
+        self._in_utterance = False
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop the utterance in progress and count time from the next sample fed."""
+        if self._in_utterance:
+            self._decoder.end_utt()
+            self._in_utterance = False
+        self._endpointer = self._ps.Endpointer(sample_rate=self.SAMPLE_RATE)
         self._frame_bytes: int = self._endpointer.frame_bytes
         self._buffer = b""
-        self._fed = 0  # bytes fed to the endpointer
         self._speech_start = 0.0
+
+    @property
+    def in_speech(self) -> bool:
+        """Whether an utterance has started and not ended yet."""
+        return self._in_utterance
 
     def feed(self, pcm: bytes) -> list[Utterance]:
         """Add PCM; return the utterances that ended within it."""
@@ -82,12 +99,12 @@ class SpeechRecognizer:
                                    self._buffer[self._frame_bytes:])
             was_speaking = self._endpointer.in_speech
             speech = self._endpointer.process(frame)
-            self._fed += len(frame)
             if speech is None:
                 continue
             if not was_speaking:
                 self._speech_start = float(self._endpointer.speech_start)
                 self._decoder.start_utt()
+                self._in_utterance = True
             self._decoder.process_raw(speech, False, False)
             if not self._endpointer.in_speech:
                 done.extend(self._end(float(self._endpointer.speech_end)))
@@ -105,11 +122,28 @@ class SpeechRecognizer:
 
     def _end(self, end_s: float) -> list[Utterance]:
         self._decoder.end_utt()
+        self._in_utterance = False
         hyp = self._decoder.hyp()
         if hyp is None or not hyp.hypstr.strip():
             return []
-        confidence = min(1.0, max(0.0, float(hyp.prob)))
-        return [Utterance(hyp.hypstr.strip(), confidence, self._speech_start, end_s)]
+        return [Utterance(hyp.hypstr.strip(), self._confidence(float(hyp.prob)),
+                          self._speech_start, end_s)]
+
+    def _confidence(self, sentence: float) -> float:
+        """The posterior probability of the recognised words (the product of theirs).
+
+        The sentence's own posterior also splits over paths that differ only in silence
+        or filler segments (with or without a trailing pause), which halves it for a
+        certain command; those segments do not change the text.
+        """
+        words = [seg.prob for seg in self._decoder.seg() if not _filler(seg.word)]
+        confidence = float(np.prod(words)) if words else sentence
+        return min(1.0, max(0.0, confidence))
+
+
+def _filler(word: str) -> bool:
+    """Silence, sentence marks and noise (``<sil>``, ``</s>``, ``[NOISE]``, ``++UH++``)."""
+    return word.startswith(("<", "[", "+"))
 
 
 @dataclass(frozen=True)
@@ -122,25 +156,37 @@ class TextBox:
 
 
 class TextReader:
-    """OCR of RGB frames with rapidocr-onnxruntime."""
+    """OCR of RGB frames with rapidocr-onnxruntime, on one CPU thread.
 
-    def __init__(self, limit_side: int = 640) -> None:
+    Args:
+        limit_side: Frames with a longer side are scaled down to it for text detection.
+    """
+
+    def __init__(self, limit_side: int = 960) -> None:
         rapidocr = require("rapidocr_onnxruntime")
-        self._engine = rapidocr.RapidOCR(det_limit_side_len=limit_side)
+        self._engine = rapidocr.RapidOCR(det_limit_side_len=limit_side, det_limit_type="max",
+                                         intra_op_num_threads=1, inter_op_num_threads=1)
 
     def read(self, rgb: npt.NDArray[np.uint8]) -> list[TextBox]:
-        """Every line of text found in an (height, width, 3) RGB frame."""
+        """Every line of text in an (height, width, 3) RGB frame, in reading order."""
         height, width = rgb.shape[:2]
-        # rapidocr takes OpenCV's BGR order
-        found, _ = self._engine(np.ascontiguousarray(rgb[:, :, ::-1]), use_cls=False)
-        boxes: list[TextBox] = []
-        for points, text, score in found or []:
+        # rapidocr takes OpenCV's BGR order; word boxes place the characters for spacing
+        found, _ = self._engine(np.ascontiguousarray(rgb[:, :, ::-1]), use_cls=False,
+                                return_word_box=True)
+        gray = np.asarray(rgb @ np.array([0.299, 0.587, 0.114]), np.uint8)
+        lines: list[Line] = []
+        for item in found or []:
+            points, text, score = item[0], str(item[1]), float(item[2])
             xs = [float(p[0]) for p in points]
             ys = [float(p[1]) for p in points]
-            x0, y0 = max(0.0, min(xs)), max(0.0, min(ys))
-            x1, y1 = min(float(width), max(xs)), min(float(height), max(ys))
-            boxes.append(TextBox(str(text)[:4096],
-                                 (x0 / width, y0 / height, (x1 - x0) / width,
-                                  (y1 - y0) / height),
-                                 min(1.0, max(0.0, float(score)))))
-        return boxes
+            box = (max(0.0, min(xs)), max(0.0, min(ys)), min(float(width), max(xs)),
+                   min(float(height), max(ys)))
+            chars = item[3] if len(item) > 3 and item[3] else []
+            centres = [sum(float(p[0]) for p in c) / len(c) for c in chars]
+            lines.append(Line(spaced_line(gray, text, box, centres),
+                              min(1.0, max(0.0, score)), box))
+        return [TextBox(line.text[:4096],
+                        (line.box[0] / width, line.box[1] / height,
+                         (line.box[2] - line.box[0]) / width, line.height / height),
+                        line.confidence)
+                for line in reading_order(lines)]
