@@ -73,6 +73,8 @@ class Aligner:
         self.max_future_us = int(s.max_future_ms * 1000)
         self.idle_us = int(s.idle_ms * 1000)
         self.ocr_ttl_us = int(s.ocr_ttl_ms * 1000)
+        #: Text is on the video clock unless configured (its lag is recognition, not clock).
+        self.text_offset_us = int(s.clock_offsets_ms.get("ocr", 0.0) * 1000)
         self.required = frozenset(Modality(m) for m in s.required)
         self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
                              for m in Modality}
@@ -175,22 +177,27 @@ class Aligner:
         if st.seen_before(m, seq):
             out.duplicates.append(TokenKey(stream_id, m, seq))
             return out
-        reason = self._guard.check(st.clocks[m], st.offclock, m, seq, t_us)
-        if reason is not None:
-            out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason, self._guard.code))
-            return out
-        item = Item.of(self._timebase.correct(st, token, now_us,
-                                              learn_lag=not self._catching_up), token, now_us)
+        if m is Modality.OCR:  # text is an event, not a capture at a cadence: no clock fit
+            item = Item.of(t_us - self.text_offset_us, token, now_us)
+        else:
+            reason = self._guard.check(st.clocks[m], st.offclock, m, seq, t_us)
+            if reason is not None:
+                out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason,
+                                             self._guard.code))
+                return out
+            item = Item.of(self._timebase.correct(st, token, now_us,
+                                                  learn_lag=not self._catching_up), token, now_us)
         closed = st.closed_end
-        if closed is not None and item.own < closed:
+        # Text known after its window went out (recognised late, or overtaken in transport)
+        # is still valid from then on: it joins the next window (docs/alignment.md).
+        if closed is not None and item.own < closed and not (
+                m is Modality.OCR and closed - item.own <= self.ocr_ttl_us):
             out.late.append(LateToken(
                 stream_id=stream_id, modality=m, seq=seq, t_us=t_us, watermark_us=closed,
                 reason="window already emitted", at_us=now_us, value=raw,
                 code=ReasonCode.WINDOW_EMITTED))
             # It still trained its clock, which can change the next window's plan.
             st.pending, st.plan, st.wake_us, self._wake_us = None, None, 0, 0
-            if m is Modality.OCR:
-                st.remember([], [item])  # late for its own window, but the caption from now on
             return out
         st.insert(item, m, now_us)
         if self._may_complete(st, item, m):

@@ -3,7 +3,10 @@
 Pure. Each modality is paired with the window's anchor (:mod:`lockstep.streams.matching`); a pairing
 the aligner does not trust yet (clocks or offsets not settled) is kept but marked not
 present, so the window is partial rather than misaligned; the modalities expected and not
-present are named missing. Records are built without re-validation (the hot path).
+present are named missing. A speech transcript the window owns (an OCR token with
+``source="speech"``) is carried as the ASR text of the window's audio, as if the producer had
+put it on a chunk; a window without audio carries it in ``ocr``. Records are built without
+re-validation (the hot path).
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lockstep.streams.alignstate import DENSE, Plan, Stream
-from lockstep.streams.matching import Item, match_audio, match_ocr, match_sensors
+from lockstep.streams.matching import Item, match_audio, match_ocr, match_sensors, with_speech
 from lockstep.topics.schemas import (
     AudioToken,
     Modality,
     ModalityState,
+    OcrToken,
     Timeline,
     VideoToken,
     Window,
@@ -84,12 +88,25 @@ class WindowAssembler:
                                          plan.start, plan.end, self._tolerance_us[Modality.AUDIO])
         sensor_items = owned.get(Modality.SENSOR, none)
         ocr_items = owned.get(Modality.OCR, none)
+        speech: list[OcrToken] = []
+        if ocr_items:
+            ocr_items, speech = _split_speech(ocr_items)
         sensor_view = sensor_items + st.peek_after(Modality.SENSOR, plan.anchor)
         sensor_state, sensors = match_sensors(
             sensor_view, st.last_sensor, plan.anchor,
             self._tolerance_us[Modality.SENSOR])
         ocr_state, ocr = match_ocr(ocr_items, st.last_ocr, plan.anchor,
                                    self._ocr_ttl_us)
+        audio_tokens = ([audio] if audio is not None else
+                        [i.token for i in audio_view if isinstance(i.token, AudioToken)])
+        if speech:
+            if audio_tokens:
+                audio_tokens[0] = with_speech(audio_tokens[0], speech)
+                if audio_state is not None:
+                    audio_state = trusted(ModalityState, **{
+                        **audio_state.__dict__, "confidence": audio_tokens[0].asr_confidence})
+            else:
+                ocr = ocr + speech
         for m, state in ((Modality.AUDIO, audio_state), (Modality.SENSOR, sensor_state),
                          (Modality.OCR, ocr_state)):
             if state is not None:
@@ -126,8 +143,7 @@ class WindowAssembler:
             modalities=states, missing=missing,
             members=members,
             video=video if isinstance(video, VideoToken) else None,
-            audio=[audio] if audio is not None else [i.token for i in audio_view
-                                                     if isinstance(i.token, AudioToken)],
+            audio=audio_tokens,
             ocr=ocr, sensor=sensors,
             timeline=trusted(Timeline,
                 capture_us=capture, ingest_us=ingest, aligned_us=now_us,
@@ -136,3 +152,12 @@ class WindowAssembler:
         )
 
 
+def _split_speech(items: list[Item]) -> tuple[list[Item], list[OcrToken]]:
+    """OCR items into scene text and speech transcripts (in ``seq`` order)."""
+    scene: list[Item] = []
+    speech: list[Item] = []
+    for i in items:
+        token = i.token
+        (speech if isinstance(token, OcrToken) and token.source == "speech" else scene).append(i)
+    speech.sort(key=lambda i: i.seq)
+    return scene, [i.token for i in speech if isinstance(i.token, OcrToken)]

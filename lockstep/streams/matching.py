@@ -2,7 +2,8 @@
 
 Pure functions over tokens whose capture times are already recovered (``t`` below is the
 corrected capture time, µs). Audio is cut sample-accurately to the window, sensors are
-interpolated at the anchor, OCR holds until replaced or until its TTL. Records built here
+interpolated at the anchor, OCR holds until replaced (an empty text clears it) or until its
+TTL, and a speech transcript becomes the ASR text of the window's audio. Records built here
 come from validated tokens and are constructed without re-validation (the hot path).
 """
 
@@ -200,7 +201,10 @@ def _interpolate(before: Item | None, after: Item | None, anchor: int,
 
 def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
               ttl: int) -> tuple[ModalityState | None, list[OcrToken]]:
-    """The OCR tokens valid at the anchor: the latest capture at or before it, within TTL."""
+    """The OCR tokens valid at the anchor: the latest capture at or before it, within TTL.
+
+    A capture whose texts are all empty says the scene shows no text: none is valid.
+    """
     oldest = anchor - ttl
     latest = oldest - 1
     valid: list[Item] = []  # the captures at ``latest``
@@ -216,9 +220,30 @@ def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
         return None, []
     if len(valid) > 1:
         valid.sort(key=lambda i: i.seq)
-    tokens = [i.token for i in valid if isinstance(i.token, OcrToken)]
+    tokens = [i.token for i in valid if isinstance(i.token, OcrToken) and i.token.text]
+    if not tokens:
+        return None, []
     state = trusted(ModalityState, present=True,
                           confidence=sum(t.confidence for t in tokens) / len(tokens),
                           skew_us=anchor - latest, matched_seq=tokens[0].seq,
                           tokens=len(tokens))
     return state, tokens
+
+
+def with_speech(chunk: AudioToken, speech: Sequence[OcrToken]) -> AudioToken:
+    """``chunk`` carrying the transcripts as its ASR text, at the best confidence heard.
+
+    Text the chunk already carries comes first; the confidence is the highest of those
+    that come with text.
+    """
+    texts = [chunk.asr_text] if chunk.asr_text else []
+    confidences = ([chunk.asr_confidence] if chunk.asr_text and chunk.asr_confidence is not None
+                   else [])
+    for t in speech:
+        if t.text:
+            texts.append(t.text)
+            confidences.append(t.confidence)
+    if not texts:
+        return chunk
+    return trusted(AudioToken, **{**chunk.__dict__, "asr_text": " ".join(texts)[:4096],
+                                  "asr_confidence": max(confidences, default=None)})

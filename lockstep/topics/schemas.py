@@ -140,13 +140,23 @@ class AudioToken(_Token):
 
 
 class OcrToken(_Token):
-    """Text read from the scene; valid from ``t_us`` until replaced."""
+    """Text read in the scene (valid from ``t_us`` until replaced), or a speech transcript.
+
+    ``t_us`` is when the text is known on the stream's capture clock: a producer that
+    recognises after capture stamps the newest media it has sent, and ``span_us`` says
+    what the text was recognised from (docs/wire-format.md §4).
+    """
 
     modality: Literal[Modality.OCR] = Modality.OCR
     text: Text
     #: x, y, width, height of the text in the frame, normalised to 0..1.
     bbox: tuple[Number, Number, Number, Number]
     confidence: Confidence
+    #: ``scene``: read on screen, held until replaced; ``speech``: a transcript of the audio.
+    source: Literal["scene", "speech"] = "scene"
+    #: Capture times (µs) of the media the text was recognised from: the frame read
+    #: ``[t, t]`` or the utterance ``[start, end]``; None: ``t_us``.
+    span_us: tuple[EventTime, EventTime] | None = None
 
 
 class SensorToken(_Token):
