@@ -13,11 +13,12 @@ import click
 
 from lockstep.delivery import DELIVERY_TIMEOUT_S
 from lockstep.errors import ConfigError
-from lockstep.media.perception import SpeechRecognizer, TextReader, require
+from lockstep.media.perceive import PerceptionMetrics, PerceptionOptions
+from lockstep.media.perception import require
 from lockstep.media.report import progress_line, render_summary, summary
 from lockstep.media.run import MediaPublish, StreamProgress, plan_streams
 from lockstep.media.sidecar import Sidecar, read_sidecar
-from lockstep.media.source import MediaOptions, Perception
+from lockstep.media.source import MediaOptions
 from lockstep.publishcheck import capture_plan, check_stream_ids, summary_lines
 from lockstep.publisher import Publisher
 from lockstep.streams.settings import Settings
@@ -47,7 +48,7 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
     options = MediaOptions(fps=fps, width=width, height=height, video_format=video_format,
                            jpeg_quality=jpeg_quality, audio_chunk_ms=chunk_ms, video=video,
                            audio=audio, anchor=anchor, max_seconds=seconds,
-                           input_format=input_format, ocr_every_s=ocr_every)
+                           input_format=input_format)
     if ocr and sidecar_ocr:
         raise ConfigError("--ocr and --sidecar-ocr both make OCR tokens: choose one")
     if ocr and not video:
@@ -65,9 +66,11 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
     if sidecar_sensor:
         sidecars.append(read_sidecar(sidecar_sensor, "sensor"))
 
-    def perception() -> Perception:
-        return Perception(asr=SpeechRecognizer(asr_grammar) if asr else None,
-                          ocr=TextReader() if ocr else None)
+    if ocr_every <= 0:
+        raise ConfigError(f"--ocr-every must be positive, not {ocr_every}")
+    # Real time: recognisers skip work to keep up; faster than that, they see everything.
+    perception = PerceptionOptions(ocr=ocr, asr=asr, asr_grammar=asr_grammar,
+                                   ocr_every_s=ocr_every, lossless=not realtime)
 
     # capture → ack is a latency only when capture times are the wall clock, paced live
     telemetry = Telemetry() if realtime and anchor == "wall" else None
@@ -75,8 +78,9 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
                           telemetry=telemetry, delivery_timeout_s=delivery_timeout,
                           max_future_ms=settings.align.max_future_ms)
     publisher.wait_for_topics(catalog.MEDIA.values())
+    metrics = PerceptionMetrics(telemetry.registry if telemetry is not None else None)
     job = MediaPublish(publisher, plans, options, sidecars, realtime=realtime,
-                       perception=perception)
+                       perception=perception, metrics=metrics)
     try:  # before anything is sent: capture times from the future, replays
         capture = capture_plan(settings, job.capture_spans(), realtime=realtime, anchor=anchor)
     except ConfigError:
@@ -96,8 +100,10 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
     undelivered = publisher.close()
     elapsed = time.monotonic() - began
     stage = telemetry.stage_stats().get("publish") if telemetry else None
+    ran = {m: p for m, p in metrics.summary().items()
+           if (m == "ocr" and ocr) or (m == "asr" and asr)}
     report = summary(result, publisher.stats(), undelivered, elapsed,
-                     (round(stage.p50_ms, 3), round(stage.p99_ms, 3)) if stage else None)
+                     (round(stage.p50_ms, 3), round(stage.p99_ms, 3)) if stage else None, ran)
     report.update(replay=sorted(capture.replay), replay_reason=capture.reason,
                   refused=sum(publisher.stats().refused.values()))
     click.echo(json.dumps(report) if as_json

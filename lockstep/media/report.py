@@ -32,8 +32,19 @@ def progress_line(progress: Sequence[StreamProgress], elapsed_s: float,
 
 
 def summary(progress: Sequence[StreamProgress], stats: DeliveryStats, undelivered: int,
-            seconds: float, publish_ms: tuple[float, float] | None) -> dict[str, Any]:
-    """What was sent, per stream and in all, as a JSON-ready mapping."""
+            seconds: float, publish_ms: tuple[float, float] | None,
+            perception: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What was sent, per stream and in all, as a JSON-ready mapping.
+
+    Args:
+        progress: Every stream's progress.
+        stats: The publisher's delivery statistics.
+        undelivered: Tokens still in flight when publishing ended.
+        seconds: Wall time of the run.
+        publish_ms: Capture → acknowledgement P50 and P99, when measured.
+        perception: Per recogniser that ran: runs, tokens, skipped work and lag
+            (:meth:`~lockstep.media.perceive.PerceptionMetrics.summary`).
+    """
     total: Counter[str] = Counter()
     for p in progress:
         total.update(p.sent)
@@ -48,6 +59,7 @@ def summary(progress: Sequence[StreamProgress], stats: DeliveryStats, undelivere
             "media_s": round(p.media_s, 3),
             "complete": p.complete,
             "error": p.error,
+            "perception_errors": list(p.perception_errors),
         } for p in progress},
         "tokens_published": tokens,
         "tokens_by_modality": {m: total[m] for m in _ORDER if total[m]},
@@ -65,6 +77,7 @@ def summary(progress: Sequence[StreamProgress], stats: DeliveryStats, undelivere
         "mb_per_s": round(stats.bytes_sent / elapsed / 1e6, 3),
         "publish_p50_ms": publish_ms[0] if publish_ms else None,
         "publish_p99_ms": publish_ms[1] if publish_ms else None,
+        "perception": perception or {},
     }
 
 
@@ -76,12 +89,27 @@ def render_summary(report: dict[str, Any]) -> str:
              f"({report['tokens_per_s']:,.0f} tokens/s, {report['mb_per_s']:.2f} MB/s)"]
     for sid, s in report["streams"].items():
         counts = "  ".join(f"{m} {n}" for m, n in s["tokens"].items()) or "no tokens"
-        state = "complete" if s["complete"] else f"INCOMPLETE: {s['error']}"
+        problems = ([s["error"]] if s["error"] else []) + s["perception_errors"]
+        state = "complete" if s["complete"] else f"INCOMPLETE: {'; '.join(problems)}"
         lines.append(f"  {sid}  {s['source']}  {counts}  ({s['media_s']:.2f} s media)  {state}")
     lines.append(f"acknowledged {report['acked']}, failed {report['failed']}, "
                  f"undelivered {report['undelivered']} ({report['delivery_line']})")
     if report["publish_p50_ms"] is not None:
         lines.append(f"publish latency (capture → ack) p50 {report['publish_p50_ms']} ms, "
                      f"p99 {report['publish_p99_ms']} ms")
+    lines.extend(_perception_line(m, p) for m, p in report["perception"].items())
     lines.extend(f"  delivery error: {e}" for e in report["delivery_errors"])
     return "\n".join(lines)
+
+
+_RUNS = {"ocr": "frames read", "asr": "utterances heard"}
+_SKIPPED = {"ocr": "frames skipped while reading", "asr": "utterances dropped"}
+
+
+def _perception_line(modality: str, p: dict[str, Any]) -> str:
+    lag = (f"lag p50 {p['lag_p50_ms']} ms, p99 {p['lag_p99_ms']} ms, max {p['lag_max_ms']} ms"
+           if p["lag_p50_ms"] is not None else "no lag measured")
+    failed = f", {p['failed']} failed" if p["failed"] else ""
+    return (f"perception {modality}: {p['runs']} {_RUNS.get(modality, 'runs')}, "
+            f"{p['tokens']} tokens, {lag}; {p['skipped']} "
+            f"{_SKIPPED.get(modality, 'skipped')}{failed}")

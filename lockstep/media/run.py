@@ -1,20 +1,24 @@
 """Several media streams published in parallel, one decoding thread per stream.
 
-Every source is opened and every sidecar validated before the first token is sent, so
-unreadable input publishes nothing. An error after that (a decode failure, a truncated
-file, the broker) stops that stream and is reported with what it had already sent.
+Every source is opened, every sidecar validated and every recogniser started before the
+first token is sent, so unreadable input publishes nothing. An error after that (a decode
+failure, a truncated file, the broker) stops that stream and is reported with what it had
+already sent. Each token goes out as soon as it is due; perception
+(:mod:`lockstep.media.perceive`) is offered it afterwards and publishes its text on its own.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from lockstep.errors import ConfigError, LockstepError
+from lockstep.media.perceive import PerceptionMetrics, PerceptionOptions, StreamPerception
 from lockstep.media.sidecar import Sidecar, sidecar_tokens
-from lockstep.media.source import MediaOptions, MediaSource, Perception
+from lockstep.media.source import MediaOptions, MediaSource
 from lockstep.media.timing import Pacer
 from lockstep.publishcheck import CaptureSpan
 from lockstep.publisher import Publisher
@@ -66,11 +70,19 @@ class StreamProgress:
     media_s: float = 0.0
     done: bool = False
     error: str | None = None
+    #: Recognisers that failed or did not finish (their text is missing, not the media).
+    perception_errors: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def complete(self) -> bool:
         """Finished without an error."""
-        return self.done and self.error is None
+        return self.done and self.error is None and not self.perception_errors
+
+    def count(self, modality: str) -> None:
+        """One more token of ``modality`` sent (thread-safe)."""
+        with self._lock:
+            self.sent[modality] += 1
 
 
 class MediaPublish:
@@ -78,29 +90,45 @@ class MediaPublish:
 
     def __init__(self, publisher: Publisher, plans: Sequence[StreamPlan],
                  options: MediaOptions, sidecars: Sequence[Sidecar] = (), *,
-                 realtime: bool = True,
-                 perception: Callable[[], Perception] | None = None) -> None:
-        """Open every source and map every sidecar line before anything is sent.
+                 realtime: bool = True, perception: PerceptionOptions | None = None,
+                 metrics: PerceptionMetrics | None = None) -> None:
+        """Open every source, map every sidecar line and start the recognisers.
 
         Raises:
-            MediaError: A source cannot be opened or a sidecar line cannot be mapped.
+            MediaError: A source cannot be opened, a sidecar line cannot be mapped or a
+                recogniser cannot start.
         """
         self.publisher = publisher
         self.realtime = realtime
-        self._perception = perception or Perception
+        self.metrics = metrics or PerceptionMetrics()
         self._opened: list[tuple[MediaSource, list[OcrToken | SensorToken]]] = []
+        self._perceivers: list[StreamPerception | None] = []
         self.progress: list[StreamProgress] = []
+        self.stop = threading.Event()
         try:
+            # The recognisers load their models first: a source anchored at the wall clock
+            # takes "now" when it opens, and publishing starts right after.
             for plan in plans:
+                progress = StreamProgress(plan)
+                self.progress.append(progress)
+                self._perceivers.append(StreamPerception(
+                    plan.stream_id, perception, functools.partial(self._send, progress),
+                    self.metrics) if perception is not None and perception.enabled else None)
+            for perceiver in self._perceivers:  # side by side
+                if perceiver is not None:
+                    perceiver.start()
+            for perceiver in self._perceivers:
+                if perceiver is not None:
+                    perceiver.wait_ready()
+            for plan, progress in zip(plans, self.progress, strict=True):
                 source = MediaSource(plan.source, options)
                 self._opened.append((source, []))
                 self._opened[-1] = (source, sidecar_tokens(sidecars, plan.stream_id,
                                                            source.clock))
-                self.progress.append(StreamProgress(plan, source.declared_s))
+                progress.declared_s = source.declared_s
         except BaseException:
             self.close()
             raise
-        self.stop = threading.Event()
 
     def capture_spans(self) -> list[CaptureSpan]:
         """Per stream, the first and last capture time it will carry (last: None if unknown)."""
@@ -114,16 +142,20 @@ class MediaPublish:
         return spans
 
     def close(self) -> None:
-        """Release every source."""
+        """Release every source and stop every recogniser."""
         for source, _ in self._opened:
             source.close()
+        for perceiver in self._perceivers:
+            if perceiver is not None:
+                perceiver.close(0.0)
 
     def run(self, on_tick: Callable[[Sequence[StreamProgress]], None] | None = None,
             tick_s: float = 0.5) -> list[StreamProgress]:
         """Publish every stream in its own thread; call ``on_tick`` while they run."""
-        threads = [threading.Thread(target=self._stream, args=(source, side, progress),
+        threads = [threading.Thread(target=self._stream, args=(source, side, progress, perceiver),
                                     name=f"publish-{progress.plan.stream_id}", daemon=True)
-                   for (source, side), progress in zip(self._opened, self.progress, strict=True)]
+                   for (source, side), progress, perceiver
+                   in zip(self._opened, self.progress, self._perceivers, strict=True)]
         for thread in threads:
             thread.start()
         try:
@@ -146,22 +178,30 @@ class MediaPublish:
         return self.progress
 
     def _stream(self, source: MediaSource, side: list[OcrToken | SensorToken],
-                progress: StreamProgress) -> None:
+                progress: StreamProgress, perceiver: StreamPerception | None) -> None:
         pacer = Pacer(self.realtime)
         try:
-            for token in _merged(source.tokens(progress.plan.stream_id, self._perception()),
-                                 side):
+            for token in _merged(source.tokens(progress.plan.stream_id), side):
                 if self.stop.is_set():
                     progress.error = "interrupted"
                     return
                 pacer.wait(token.t_us)
-                self.publisher.publish(token)
-                progress.sent[token.modality.value] += 1
+                self._send(progress, token)
                 progress.media_s = source.decoded_s
+                if perceiver is not None:
+                    perceiver.observe(token)
         except LockstepError as exc:
             progress.error = str(exc)
         finally:
+            if perceiver is not None:  # its last results, unless the stream was stopped
+                errors = perceiver.close(0.5 if self.stop.is_set() else None)
+                progress.perception_errors.extend(errors)
             progress.done = True
+
+    def _send(self, progress: StreamProgress, token: Token) -> None:
+        """Publish a token of a stream and count it (from its thread or a recogniser's)."""
+        self.publisher.publish(token)
+        progress.count(token.modality.value)
 
 
 def _merged(media: Iterator[Token], side: list[OcrToken | SensorToken]) -> Iterator[Token]:

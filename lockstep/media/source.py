@@ -2,14 +2,13 @@
 
 Video frames are sampled to a target rate, resized and encoded (JPEG by default); audio is
 resampled to 16 kHz mono ``pcm_s16le`` and cut into chunks of 20-40 ms. Capture times come
-from the container's PTS through a :class:`~lockstep.media.timing.CaptureClock`. Optional
-perception (:mod:`lockstep.media.perception`) adds ASR text to audio chunks and OCR tokens
-from sampled frames.
+from the container's PTS through a :class:`~lockstep.media.timing.CaptureClock`. Decoding
+does nothing else: perception (:mod:`lockstep.media.perceive`) reads the published tokens
+beside the stream, never in front of it.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,12 +19,9 @@ import av
 import numpy as np
 
 from lockstep.errors import ConfigError, MediaError
-from lockstep.media.perception import SpeechRecognizer, TextReader
 from lockstep.media.timing import AudioChunker, CaptureClock, FrameSampler, parse_anchor
 from lockstep.streams.confidence import video_quality
-from lockstep.topics.schemas import AudioToken, OcrToken, Token, VideoToken
-
-log = logging.getLogger(__name__)
+from lockstep.topics.schemas import AudioToken, Token, VideoToken
 
 VideoFormat = Literal["jpeg", "png", "rgb24", "gray8"]
 SAMPLE_RATE = 16_000
@@ -55,8 +51,6 @@ class MediaOptions:
     max_seconds: float | None = None
     #: FFmpeg input format (``v4l2``, ``lavfi``...) for devices; None: probe.
     input_format: str | None = None
-    #: Run OCR on one frame every this many seconds (with a :class:`TextReader`).
-    ocr_every_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not 20.0 <= self.audio_chunk_ms <= 40.0:
@@ -70,14 +64,6 @@ class MediaOptions:
                 raise ConfigError(f"frame sides must be 2-16384 pixels, not {side}")
         if not (self.video or self.audio):
             raise ConfigError("nothing to publish: both video and audio are off")
-
-
-@dataclass(frozen=True)
-class Perception:
-    """Optional recognisers run on the decoded media."""
-
-    asr: SpeechRecognizer | None = None
-    ocr: TextReader | None = None
 
 
 class MediaSource:
@@ -134,15 +120,14 @@ class MediaSource:
         """Release the container."""
         self._container.close()
 
-    def tokens(self, stream_id: str, perception: Perception | None = None) -> Iterator[Token]:
+    def tokens(self, stream_id: str) -> Iterator[Token]:
         """Decode the source into tokens, in demux order (close to capture order).
 
         Raises:
             MediaError: Decoding failed, or the media ends before its declared duration.
         """
-        perception = perception or Perception()
-        video = _VideoState(self, stream_id, perception.ocr) if self._video else None
-        audio = _AudioState(self, stream_id, perception.asr) if self._audio else None
+        video = _VideoState(self, stream_id) if self._video else None
+        audio = _AudioState(self, stream_id) if self._audio else None
         streams = [s for s in (self._video, self._audio) if s is not None]
         try:
             for frame, rel in self._frames(streams):
@@ -175,16 +160,14 @@ class MediaSource:
 
 
 class _VideoState:
-    def __init__(self, source: MediaSource, stream_id: str, ocr: TextReader | None) -> None:
-        self.source, self.stream_id, self.ocr = source, stream_id, ocr
+    def __init__(self, source: MediaSource, stream_id: str) -> None:
+        self.source, self.stream_id = source, stream_id
         self.options = source.options
         self.sampler = FrameSampler(self.options.fps)
         self.encoders: dict[tuple[int, int], Any] = {}
         self.encoded = 0
-        self.ocr_seq = 0
-        self.next_ocr_s = 0.0
 
-    def frame(self, frame: av.VideoFrame, rel: Fraction) -> Iterator[Token]:
+    def frame(self, frame: av.VideoFrame, rel: Fraction) -> Iterator[VideoToken]:
         seq = self.sampler.take(float(rel))
         if seq is None:
             return
@@ -199,13 +182,6 @@ class _VideoState:
         quality = self._quality(frame, width, height) if self.options.quality_hint else None
         yield VideoToken(stream_id=self.stream_id, seq=seq, t_us=t_us, format=fmt, width=width,
                          height=height, data=data, quality=quality)
-        if self.ocr is not None and rel >= self.next_ocr_s:
-            self.next_ocr_s = float(rel) + self.options.ocr_every_s
-            rgb = np.asarray(frame.reformat(width, height, "rgb24").to_ndarray(), np.uint8)
-            for box in self.ocr.read(rgb):
-                yield OcrToken(stream_id=self.stream_id, seq=self.ocr_seq, t_us=t_us,
-                               text=box.text, bbox=box.bbox, confidence=box.confidence)
-                self.ocr_seq += 1
 
     def _encode(self, frame: av.VideoFrame, width: int, height: int) -> bytes:
         encoder = self.encoders.get((width, height))
@@ -239,8 +215,8 @@ class _VideoState:
 
 
 class _AudioState:
-    def __init__(self, source: MediaSource, stream_id: str, asr: SpeechRecognizer | None) -> None:
-        self.source, self.stream_id, self.asr = source, stream_id, asr
+    def __init__(self, source: MediaSource, stream_id: str) -> None:
+        self.source, self.stream_id = source, stream_id
         self.resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
         self.chunker = AudioChunker(round(SAMPLE_RATE * source.options.audio_chunk_ms / 1000))
         self.first_s: Fraction | None = None
@@ -260,12 +236,7 @@ class _AudioState:
         for out in self.resampler.resample(None):
             yield from self._push(out)
         for start, pcm in self.chunker.flush():
-            utterances = [*self.asr.feed(pcm), *self.asr.finish()] if self.asr else []
-            yield self._token(start, pcm, utterances)
-            return
-        if self.asr is not None and (lost := self.asr.finish()):
-            log.warning("speech at the very end of %s has no audio chunk left to carry it: %r",
-                        self.source.url, [u.text for u in lost])
+            yield self._token(start, pcm)
 
     def _push(self, out: av.AudioFrame) -> Iterator[AudioToken]:
         samples = out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
@@ -273,19 +244,15 @@ class _AudioState:
             samples = samples[:max(0, self.max_samples - self.samples)]
         self.samples += len(samples)
         for start, pcm in self.chunker.push(samples):
-            utterances = self.asr.feed(pcm) if self.asr is not None else []
-            yield self._token(start, pcm, utterances)
+            yield self._token(start, pcm)
 
-    def _token(self, start: int, pcm: bytes, utterances: list[Any]) -> AudioToken:
+    def _token(self, start: int, pcm: bytes) -> AudioToken:
         assert self.first_s is not None
         t_us = self.source.clock.t_us(self.first_s + Fraction(start, SAMPLE_RATE))
         n = len(pcm) // 2
-        text = " ".join(u.text for u in utterances) or None
-        confidence = min(u.confidence for u in utterances) if utterances else None
         return AudioToken(stream_id=self.stream_id, seq=start // self.chunker.size, t_us=t_us,
                           encoding="pcm_s16le", sample_rate=SAMPLE_RATE, channels=1,
-                          duration_us=max(1, round(n * 1_000_000 / SAMPLE_RATE)), data=pcm,
-                          asr_text=text[:4096] if text else None, asr_confidence=confidence)
+                          duration_us=max(1, round(n * 1_000_000 / SAMPLE_RATE)), data=pcm)
 
     def _declared_samples(self, first_s: Fraction) -> int | None:
         """Samples up to the declared end of the stream or ``max_seconds``, if either is known."""
