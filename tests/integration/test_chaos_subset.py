@@ -20,12 +20,13 @@ from lockstep.chaos_command import verdict
 
 pytestmark = pytest.mark.integration
 
-#: One process per role, both worker pools in one: the smallest pipeline of separate roles.
-SMALL = (Processes("route"), Processes("worker:vl,worker:text"))
+#: One process per role and pool: the smallest pipeline of separate roles.
+SMALL = (Processes("route"), Processes("worker:vl"), Processes("worker:text"))
 
 
 def _options(tmp_path: Path) -> ChaosOptions:
-    return ChaosOptions(streams=4, startup_s=90.0, drain_s=60.0, work_dir=tmp_path)
+    return ChaosOptions(streams=4, startup_s=90.0, drain_s=60.0, work_dir=tmp_path,
+                        role_log_level="info")  # detailed logs for a failure's post-mortem
 
 
 @pytest.mark.timeout(240)
