@@ -170,7 +170,7 @@ async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recov
     reasons = Counter((r.route, r.reason) for r in responses)
     assert reasons[("text_only", "slo_degraded")] > 0, reasons  # partial routes while degraded
     # after recovery, full windows take the full route again
-    assert any(r.reason == "all_trusted" and r.routed_us > recovered_us
+    assert any(r.reason == "all_trusted" and r.timeline.routed_us > recovered_us
                for r in responses)
 
 

@@ -29,8 +29,9 @@ pytestmark = pytest.mark.integration
 
 
 def _settings(bootstrap: str) -> Settings:
+    # latest: the broker is shared by the session's tests; their old media is not ours
     return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
-                                "fetch_max_wait_ms": 10},
+                                "fetch_max_wait_ms": 10, "new_group_offset": "latest"},
                          app_id=f"lockstep-replay-{secrets.token_hex(3)}",
                          metrics={"enabled": False})
 
