@@ -52,11 +52,14 @@ class Ledger:
     in_windows: set[TokenKey] = field(default_factory=set)
     late: set[TokenKey] = field(default_factory=set)
     dead_letters: list[DeadLetter] = field(default_factory=list)
-    #: Identical records seen again ("window", "response"), and keys seen with other bytes.
+    #: Identical records seen again ("window", "response", "late"), and keys seen with other
+    #: bytes.
     duplicates: Counter[str] = field(default_factory=Counter)
     conflicts: Counter[str] = field(default_factory=Counter)
     #: Tokens in more than one outcome (two windows, or a window and a late record).
     settled_twice: set[TokenKey] = field(default_factory=set)
+    #: Late records by reason code (``stale``, ``behind_watermark``…).
+    late_codes: Counter[str] = field(default_factory=Counter)
     _remaining: set[TokenKey] | None = None
     _response_digests: dict[Key, bytes] = field(default_factory=dict)
 
@@ -93,8 +96,7 @@ class Ledger:
             elif kind is Kind.RESPONSE:
                 self._response(value)
             elif kind is Kind.LATE:
-                self._settle(TokenKey(body["stream_id"], Modality(body["modality"]),
-                                      int(body["seq"])), self.late)
+                self._late(body)
             elif kind is Kind.DEADLETTER:
                 self.dead_letters.append(decode_as(DeadLetter, value))
         except (BadInput, KeyError, TypeError, ValueError) as error:
@@ -132,6 +134,15 @@ class Ledger:
             return
         self._response_digests[key] = digest
         self.responses[key] = response
+
+    def _late(self, body: dict[str, Any]) -> None:
+        token = TokenKey(body["stream_id"], Modality(body["modality"]), int(body["seq"]))
+        if token in self.late:
+            # A replay wrote it again (its at_us may differ): the same outcome, not a second.
+            self.duplicates["late"] += 1
+            return
+        self.late_codes[str(body.get("code") or body.get("reason") or "?")] += 1
+        self._settle(token, self.late)
 
     def _settle(self, token: TokenKey, into: set[TokenKey]) -> None:
         if token in self.in_windows or token in self.late:

@@ -12,6 +12,7 @@ aligner resumes each stream where its windows ended, so a key is never written t
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -63,6 +64,7 @@ class AlignAgent:
         self.max_bytes = settings.kafka.max_record_bytes
         self.pending: dict[TokenKey, Pending] = {}
         self.read: dict[TopicPartition, int] = {}
+        self._end_at_assignment: dict[TopicPartition, int] = {}
         self.catchup_records = settings.align.catchup_records
         self.catchup_s = settings.align.catchup_lag_ms / 1000.0
         self.oldest_read_s = 0.0  # largest transport lag read since the last tick
@@ -92,6 +94,18 @@ class AlignAgent:
                           replay: ReplayGuard[TopicPartition], outputs: Iterable[Output]) -> None:
         """Learn what the previous owner settled; resume its streams where they ended."""
         self._replay = replay
+        # Where each media partition starts, so a backlog is known before its first record
+        # is read: a takeover's backlog arrives topic by topic, and a modality whose records
+        # have not come yet must still be waited for.
+        started = self.source.start_positions
+        for tp in partitions:
+            if tp.topic in catalog.MODALITY_OF_TOPIC and tp in started:
+                position, end = started[tp]
+                self.read[tp] = position - 1
+                self._end_at_assignment[tp] = end
+        if self.backlog() > 0:
+            self.behind_at_us = time.time_ns() // 1000
+            self.aligner.catching_up = True
         for out in outputs:
             _settle(replay, out)
         for stream_id, resume in replay.resume.items():
@@ -115,6 +129,7 @@ class AlignAgent:
             del self.pending[key]
         for tp in media:
             self.read.pop(tp, None)
+            self._end_at_assignment.pop(tp, None)
         self._replay.drop(media)
         log.info("forgot %d streams of revoked partitions", len(streams),
                  extra={"stage": STAGE})
@@ -219,7 +234,9 @@ class AlignAgent:
             except (AssertionError, KeyError):  # not assigned any more (a rebalance)
                 continue
             if end is None:  # no fetch has answered for it yet
-                continue
+                end = self._end_at_assignment.get(tp)
+                if end is None:
+                    continue
             behind = max(0, end - (read + 1))
             per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
         self.aligner.backlogged = frozenset(

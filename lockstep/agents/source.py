@@ -117,6 +117,8 @@ class RoleConsumer(mode.Service):
         self.replay: ReplayGuard[TopicPartition] = ReplayGuard()
         self.lock = asyncio.Lock()  # held while the agent works; rebalances wait for it
         self.assigned = asyncio.Event()
+        #: Per partition assigned last: (position reading starts at, log end then).
+        self.start_positions: dict[TopicPartition, tuple[int, int]] = {}
         self.new_group_reset = new_group_reset
         self._consumer: AIOKafkaConsumer | None = None
         self._last_commit = 0.0
@@ -247,6 +249,7 @@ class RoleConsumer(mode.Service):
                 committed = await consumer.committed(tp)
                 position = await consumer.position(tp)
                 self.ledger.start(tp, position, committed=committed is not None)
+                self.start_positions[tp] = (position, ends.get(tp, position))
                 if committed is None:
                     fresh[tp] = position  # no earlier member of this group produced anything
                 elif position < ends.get(tp, 0):

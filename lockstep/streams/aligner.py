@@ -373,8 +373,13 @@ class Aligner:
                 # Without its frame a frame may still come for this slot; with it, the end
                 # must be known (the next anchor came, or the clock predicts it). A hop
                 # window is done with video once a later frame has come.
-                ready = not blocked and (plan.certain if plan.frame is not None else (
-                    plan.seq >= HOP_BASE and self._passed(st, Modality.VIDEO, end)))
+                # A window of several frames (stride > 1) also waits for the frames between
+                # its anchor and its end: in a backlog they may not be read yet.
+                ready = not blocked and (
+                    plan.certain and (plan.stride == 1
+                                      or self._passed(st, Modality.VIDEO, end))
+                    if plan.frame is not None else (
+                        plan.seq >= HOP_BASE and self._passed(st, Modality.VIDEO, end)))
             else:
                 ready = not blocked
             deadline = end + st.lag_us + self.max_wait_us

@@ -167,7 +167,8 @@ async def test_killed_align_process_loses_no_token_when_a_second_one_takes_over(
                   if w.stream_id in main and w.aligned_us > killed_at_us]
     summary = (f"{len(published.keys)} tokens, {_windows_of(ledger, main)} windows "
                f"({windows_before_kill} before the kill, {len(after_kill)} aligned after it), "
-               f"{duplicates} duplicate windows replayed, {late} late tokens")
+               f"{duplicates} duplicate windows replayed, {late} late tokens "
+               f"{dict(ledger.late_codes)}")
     log.info("align failover: %s", summary)
 
     assert settled and not unaccounted, (

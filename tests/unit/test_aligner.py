@@ -344,7 +344,8 @@ def test_while_catching_up_windows_wait_for_watermarks_not_deadlines() -> None:
     assert al.poll(START + 9_000_000).windows[0].window_seq == 1  # deadline again
 
 
-def test_a_backlog_read_topic_by_topic_sends_nothing_late_while_catching_up() -> None:
+@pytest.mark.parametrize("stride", [1, 4])
+def test_a_backlog_read_topic_by_topic_sends_nothing_late_while_catching_up(stride: int) -> None:
     # what a restarted task reads: 5 s of three streams, a few records of one partition of
     # one topic at a time (video, then audio, then sensor...), all of it seconds old
     config = SyntheticConfig(width=16, height=12)
@@ -354,10 +355,12 @@ def test_a_backlog_read_topic_by_topic_sends_nothing_late_while_catching_up() ->
     for t in sorted(tokens, key=lambda t: t.t_us):
         queues.setdefault((t.modality, int(t.stream_id[1:]) % 2), []).append(t)
     al, out, now = _aligner(), AlignOutput(), START + 8_000_000
+    al.stride = stride  # sampled down: a window's frames after its anchor are waited for too
     al.catching_up = True
     while any(queues.values()):
         for key in sorted(queues, key=lambda k: (k[0].value, k[1])):
-            batch, queues[key] = queues[key][:10], queues[key][10:]
+            n = 3 if key[0] is Modality.VIDEO else 30  # the other topics read far ahead
+            batch, queues[key] = queues[key][:n], queues[key][n:]
             for token in batch:
                 now += 20
                 out.extend(al.add(token, now))

@@ -1,0 +1,32 @@
+"""The output ledger: where each token ended up, replays told apart from second outcomes."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockstep.ledger import Ledger
+from lockstep.streams.aligner import TokenKey
+from lockstep.topics.codec import encode
+from lockstep.topics.schemas import LateToken, Modality, ReasonCode
+from tests.factories import T0
+
+pytestmark = pytest.mark.unit
+
+
+def _late(seq: int, at_us: int = T0 + 5_000, code: ReasonCode = ReasonCode.WINDOW_EMITTED
+          ) -> bytes:
+    return encode(LateToken(stream_id="s", modality=Modality.AUDIO, seq=seq, t_us=T0,
+                            watermark_us=T0 + 1_000, reason="window already emitted",
+                            at_us=at_us, code=code))
+
+
+def test_a_late_record_written_again_by_a_replay_is_a_duplicate_not_a_second_outcome() -> None:
+    ledger = Ledger()
+    ledger.add(_late(1))
+    ledger.add(_late(1))  # the same bytes: a replay re-sent it
+    ledger.add(_late(2, code=ReasonCode.STALE))
+    assert ledger.late == {TokenKey("s", Modality.AUDIO, 1), TokenKey("s", Modality.AUDIO, 2)}
+    assert ledger.settled_twice == set()
+    ledger.add(_late(1, at_us=T0 + 9_000))  # re-decided after a takeover: later at_us
+    assert ledger.duplicates["late"] == 2 and not ledger.conflicts
+    assert ledger.late_codes == {"window_emitted": 1, "stale": 1}
