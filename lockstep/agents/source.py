@@ -120,6 +120,8 @@ class RoleConsumer(mode.Service):
         #: Per partition assigned last: (position reading starts at, log end then).
         self.start_positions: dict[TopicPartition, tuple[int, int]] = {}
         self.new_group_reset = new_group_reset
+        #: Records fetched again at offsets already handled (skipped; see OffsetLedger.read).
+        self.reread_total = 0
         self._consumer: AIOKafkaConsumer | None = None
         self._last_commit = 0.0
         self._fenced = False
@@ -192,9 +194,13 @@ class RoleConsumer(mode.Service):
                 if batches:
                     records: list[Record] = []
                     for tp, part in batches.items():
-                        for record in part:
-                            ledger.read(tp, record.offset)
-                        records += part
+                        fresh = [r for r in part if ledger.read(tp, r.offset)]
+                        if len(fresh) < len(part):
+                            self.reread_total += len(part) - len(fresh)
+                            log.warning("%s/%d: %d records fetched again at offsets already "
+                                        "handled; skipped", tp.topic, tp.partition,
+                                        len(part) - len(fresh), extra={"group": self.group})
+                        records += fresh
                     for start in range(0, len(records), CHUNK):
                         if start:
                             # Let the heartbeat and delivery callbacks run: a long batch

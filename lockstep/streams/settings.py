@@ -64,6 +64,10 @@ class KafkaSettings(_Section):
     #: commits this position at once, so it holds across restarts; an existing group
     #: resumes from its committed offsets either way.
     new_group_offset: Literal["earliest", "latest"] = "earliest"
+    #: Pause before a client retries a failed request (aiokafka clients). Through a broker
+    #: restart every in-flight batch is retried at this pace: 100 ms (the client's default)
+    #: made a publisher send thousands of doomed requests a second.
+    retry_backoff_ms: Annotated[int, Field(ge=10, le=10_000)] = 250
     #: Extra librdkafka options for the confluent-kafka clients (admin, publisher).
     confluent_extra: dict[str, str] = Field(default_factory=dict)
 
@@ -102,6 +106,7 @@ class KafkaSettings(_Section):
             "bootstrap_servers": self.require_bootstrap(),
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,
+            "retry_backoff_ms": self.retry_backoff_ms,
         }
         context = self.ssl_context()
         if context is not None:
