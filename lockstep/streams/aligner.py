@@ -174,6 +174,9 @@ class Aligner:
         else:
             self._streams.move_to_end(stream_id)
         st.last_arrival = now_us  # active, whatever the token's outcome
+        if token.replay != st.replay:
+            st.replay = token.replay
+            st.pending, st.plan, st.wake_us, st.expect_until = None, None, 0, 0
         if st.seen_before(m, seq):
             out.duplicates.append(TokenKey(stream_id, m, seq))
             return out
@@ -185,8 +188,9 @@ class Aligner:
                 out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason,
                                              self._guard.code))
                 return out
-            item = Item.of(self._timebase.correct(st, token, now_us,
-                                                  learn_lag=not self._catching_up), token, now_us)
+            learn_lag = not (self._catching_up or st.replay)
+            item = Item.of(self._timebase.correct(st, token, now_us, learn_lag=learn_lag),
+                           token, now_us)
         closed = st.closed_end
         # Text known after its window went out (recognised late, or overtaken in transport)
         # is still valid from then on: it joins the next window (docs/alignment.md).
@@ -265,7 +269,8 @@ class Aligner:
         """
         late = []
         for stream_id, st in self._streams.items():
-            plan = self._plan(st, now_us) if st.buffered and not self._catching_up else None
+            backlog = self._catching_up or st.replay
+            plan = self._plan(st, now_us) if st.buffered and not backlog else None
             if plan is not None and now_us >= self._deadline(st, plan.end):
                 late.append((stream_id, plan.seq))
         return late
@@ -308,7 +313,8 @@ class Aligner:
         modality the stream is sending; a dead modality is named missing, never waited for.
         """
         seen = st.last_seen
-        if self._catching_up:
+        backlog = self._catching_up or st.replay
+        if backlog:
             # In a backlog a modality's records may simply not be fetched yet: none is idle.
             live = frozenset([m for m in seen if m in DENSE])
         elif now_us <= st.expect_until:
@@ -318,7 +324,7 @@ class Aligner:
             live = frozenset([m for m, at in seen.items() if at >= idle_before and m in DENSE])
         check = self.required | live
         wait = check if len(live) == len(seen) else (self.required - (seen.keys() - live)) | live
-        if self._catching_up:
+        if backlog:
             return wait | (self.backlogged & DENSE), check
         # This holds until a live modality goes idle, or a token of another one arrives.
         st.live, st.expect = live, (wait, check)
@@ -383,12 +389,13 @@ class Aligner:
             else:
                 ready = not blocked
             deadline = end + st.lag_us + self.max_wait_us
+            backlog = self._catching_up or st.replay  # watermarks only, no deadline
             if not (ready or flush or st.buffered > self.max_buffered
-                    or (now_us >= deadline and not self._catching_up)):
+                    or (now_us >= deadline and not backlog)):
                 # Until a token arrives (add re-plans), only the deadline or a modality
                 # going idle can change this.
                 wake = now_us + self.idle_us
-                if not self._catching_up and deadline < wake:
+                if not backlog and deadline < wake:
                     wake = deadline
                 ttl_end = st.last_arrival + self.ttl_us + 1  # evicted then, tokens emitted
                 st.wake_us = wake if wake < ttl_end else ttl_end

@@ -94,6 +94,9 @@ class Stream:
     watermark: dict[Modality, int] = field(default_factory=dict)
     last_seen: dict[Modality, int] = field(default_factory=dict)
     last_arrival: int = 0
+    #: The stream's last token was a replay (``Token.replay``): published as fast as it is
+    #: read, topic by topic, so its windows close on watermarks, like a backlog's.
+    replay: bool = False
     last_anchor_seq: int | None = None
     last_sensor: dict[str, Item] = field(default_factory=dict)
     last_ocr: list[Item] = field(default_factory=list)

@@ -88,6 +88,7 @@ async def test_an_engine_timeout_crashes_the_worker_without_committing(apache_ka
     await prepare_topics(settings, create=True)
     roles = await start_roles(settings, ["worker"], Telemetry())
     await _serve_with(roles.workers[0], BrokenEngine())
+    assert await roles.wait_assigned()  # the new group's start is committed first
     producer = AIOKafkaProducer(bootstrap_servers=apache_kafka)
     await producer.start()
     try:

@@ -50,7 +50,7 @@ def old_media(tmp_path_factory: pytest.TempPathFactory) -> GroundTruth:
 @pytest.fixture(scope="module")
 def future_media(tmp_path_factory: pytest.TempPathFactory) -> GroundTruth:
     """A file whose creation_time is a day from now (a camera with a wrong clock)."""
-    start = datetime.now(UTC) + timedelta(days=1)
+    start = datetime.now(UTC) + timedelta(days=1, hours=1)  # "1.0 days" however late it runs
     return write_media(tmp_path_factory.mktemp("future"), SynthSpec(seconds=2.0,
                                                                     start=_iso(start)))
 

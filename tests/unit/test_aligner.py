@@ -371,6 +371,23 @@ def test_a_backlog_read_topic_by_topic_sends_nothing_late_while_catching_up(stri
     assert sum(len(s) for w in out.windows for s in w.members.values()) == len(tokens)
 
 
+def test_a_replayed_stream_published_in_a_burst_closes_its_windows_on_watermarks() -> None:
+    # publish --fast: audio of two seconds arrives, then its video, long past any deadline
+    al, out = _aligner(max_wait_ms=10), AlignOutput()
+    now = START + 60_000_000
+    tokens: list[Token] = [audio(seq=i, t_us=START + i * 20_000).model_copy(
+        update={"replay": True}) for i in range(100)]
+    tokens += [video(seq=i, t_us=START + i * P).model_copy(update={"replay": True})
+               for i in range(60)]
+    for token in tokens:
+        now += 2_000  # 2 ms apart: every deadline passes while the burst is read
+        out.extend(al.poll(now))
+        out.extend(al.add(token, now))
+    assert out.late == []
+    assert len(out.windows) >= 55 and all(w.video is not None for w in out.windows)
+    assert al.overdue(now + 10_000_000) == []  # no deadline applies to a replay
+
+
 def test_windows_carry_the_slo_class_their_stream_declares() -> None:
     classes = {"or": "surgical", "car": "cabin"}
     al = Aligner(AlignSettings(max_wait_ms=10), lambda sid: classes[sid])
