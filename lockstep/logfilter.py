@@ -138,6 +138,8 @@ class WarningSummary(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+        #: The first message of each kind, as it would have been printed.
+        self.examples: dict[tuple[str, str], str] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Let everything but WARNING records through; count those."""
@@ -148,6 +150,8 @@ class WarningSummary(logging.Filter):
             msg = str(record.msg)
             key = (record.name, msg[:80] if record.args else _template(msg))
             self.counts[key] = self.counts.get(key, 0) + 1
+            if key not in self.examples:
+                self.examples[key] = record.getMessage()[:120]
         return False
 
     def summary(self) -> str:
@@ -155,8 +159,10 @@ class WarningSummary(logging.Filter):
         if not self.counts:
             return ""
         total = sum(self.counts.values())
-        kinds = "; ".join(f"{n} x {msg} ({name})" for (name, msg), n in
-                          sorted(self.counts.items(), key=lambda kv: -kv[1])[:8])
+        kinds = "; ".join(
+            f"{n} x {self.examples.get((name, msg), msg)}{' (the first)' if n > 1 else ''} "
+            f"({name})"
+            for (name, msg), n in sorted(self.counts.items(), key=lambda kv: -kv[1])[:8])
         return (f"{total} warning{'s' if total != 1 else ''} during the run (--log-level info "
                 f"shows them as they happen): {kinds}")
 
