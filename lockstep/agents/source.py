@@ -122,6 +122,8 @@ class RoleConsumer(mode.Service):
         self.new_group_reset = new_group_reset
         #: Records fetched again at offsets already handled (skipped; see OffsetLedger.read).
         self.reread_total = 0
+        #: Bumped by every revocation and assignment: a batch fetched before one is stale.
+        self._generation = 0
         self._consumer: AIOKafkaConsumer | None = None
         self._last_commit = 0.0
         self._fenced = False
@@ -184,6 +186,7 @@ class RoleConsumer(mode.Service):
                 # rejoin (the coordinator's own task) revokes and assigns again.
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
+            generation = self._generation
             try:
                 batches = await consumer.getmany(timeout_ms=self.tick_ms,
                                                  max_records=self.max_records)
@@ -191,6 +194,11 @@ class RoleConsumer(mode.Service):
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
             async with self.lock:
+                if batches and generation != self._generation:
+                    # Fetched before a rebalance that ran while this batch waited for the
+                    # lock: the partitions start again from their committed offsets (or
+                    # belong to another member now), and these records come again.
+                    batches = {}
                 if batches:
                     records: list[Record] = []
                     for tp, part in batches.items():
@@ -232,6 +240,7 @@ class RoleConsumer(mode.Service):
             log.info("commit deferred: %r", error, extra={"group": self.group})
 
     async def _revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        self._generation += 1
         self.assigned.clear()
         if not revoked:
             return
@@ -245,6 +254,7 @@ class RoleConsumer(mode.Service):
             self.ledger.revoke(revoked)
 
     async def _assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        self._generation += 1
         self._fenced = False
         async with self.lock:
             consumer = self.consumer
