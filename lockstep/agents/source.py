@@ -124,6 +124,8 @@ class RoleConsumer(mode.Service):
         self.reread_total = 0
         #: Bumped by every revocation and assignment: a batch fetched before one is stale.
         self._generation = 0
+        self._fenced_since = 0.0
+        self._fence_limit_s = max(30.0, 3 * kafka.session_timeout_ms / 1000.0)
         self._consumer: AIOKafkaConsumer | None = None
         self._last_commit = 0.0
         self._fenced = False
@@ -184,6 +186,13 @@ class RoleConsumer(mode.Service):
                 # The group moved on without us (a commit was refused): another member may
                 # own our partitions now, so nothing more is produced for them until the
                 # rejoin (the coordinator's own task) revokes and assigns again.
+                waited = time.monotonic() - self._fenced_since
+                if waited > self._fence_limit_s:
+                    # Never reassigned: exit (the process supervisor restarts the role)
+                    # rather than hold the partitions' place in the group doing nothing.
+                    raise RuntimeError(
+                        f"group {self.group}: no partitions assigned {waited:.0f} s after a "
+                        "refused commit; exiting so that the role is restarted")
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
             generation = self._generation
@@ -225,13 +234,21 @@ class RoleConsumer(mode.Service):
         offsets = self.ledger.committable()
         if not offsets:
             return
+        generation = self._generation
         try:
             await self.consumer.commit(offsets)
         except CommitFailedError as error:
+            self.ledger.uncommit(offsets)
+            if generation != self._generation:
+                # The group moved on while the commit was in flight and has assigned
+                # partitions again already: nothing to wait for (waiting would be forever).
+                log.info("commit of an earlier assignment refused (%s)", error,
+                         extra={"group": self.group})
+                return
             # This member's generation is over (its session expired, or the group is
             # rebalancing): stop producing until partitions are assigned again.
-            self.ledger.uncommit(offsets)
             self._fenced = True
+            self._fenced_since = time.monotonic()
             log.warning("commit refused (%s): pausing until the group assigns partitions "
                         "again", error, extra={"group": self.group})
         except KafkaError as error:
