@@ -80,7 +80,8 @@ def sla_verdict(*, attainment: float | None, objective: float, answered: int, sh
     elif attainment < objective:
         reasons.append(f"{attainment * 100:.1f} % within budget, below the "
                        f"{objective * 100:.0f} % objective")
-    if shed:
+    # Shed windows count as misses in the attainment already: they explain a miss.
+    if shed and reasons:
         reasons.append(f"{shed} windows shed (expired) because their deadline could not be met")
     over = [f"{stage} {p99:.1f} ms (budget {stage_budget_ms[stage]:.0f})"
             for stage, p99 in stage_p99_ms.items()

@@ -27,6 +27,10 @@ def test_a_run_within_its_objective_meets_the_sla() -> None:
     verdict = _verdict()
     assert verdict.met and not verdict.reasons  # type: ignore[attr-defined]
     assert verdict.line(120, "cabin").startswith("SLA met (cabin): 99.5 %")  # type: ignore[attr-defined]
+    # a few shed windows within the objective (they count as misses in the attainment)
+    shed = _verdict(attainment=0.9967, shed=2)
+    assert shed.met  # type: ignore[attr-defined]
+    assert "2 shed" in shed.line(120, "cabin")  # type: ignore[attr-defined]
 
 
 def test_a_run_below_its_objective_says_which_stages_were_over_budget() -> None:
