@@ -163,11 +163,13 @@ def describe(read: Read, *, now_us: int | None = None) -> str:
     if isinstance(record, DeadLetter):
         size = record.value_size or len(record.value or b"")
         cut = ", truncated" if record.truncated else ""
+        code = f" [{record.code}]" if record.code else ""
         return (f"{record.topic}/{record.partition}@{record.offset} dead-lettered by "
-                f"{record.stage}: {record.error}: {record.reason} (key {record.key!r}, "
+                f"{record.stage}{code}: {record.error}: {record.reason} (key {record.key!r}, "
                 f"{size} bytes{cut})")
     if isinstance(record, LateToken):
-        return (f"{record.stream_id} {record.modality.value} seq {record.seq} late: "
+        code = f" [{record.code}]" if record.code else ""
+        return (f"{record.stream_id} {record.modality.value} seq {record.seq} late{code}: "
                 f"{record.reason}")
     if isinstance(record, Window):
         members = " ".join(f"{m.value} {len(s)}" for m, s in sorted(record.members.items()))

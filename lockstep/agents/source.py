@@ -120,9 +120,8 @@ class RoleConsumer(mode.Service):
         #: Per partition assigned last: (position reading starts at, log end then).
         self.start_positions: dict[TopicPartition, tuple[int, int]] = {}
         self.new_group_reset = new_group_reset
-        #: Records fetched again at offsets already handled (skipped; see OffsetLedger.read).
-        self.reread_total = 0
-        #: Bumped by every revocation and assignment: a batch fetched before one is stale.
+        #: Bumped by every revocation and assignment (a commit refused for an earlier one
+        #: does not fence the role).
         self._generation = 0
         self._fenced_since = 0.0
         self._fence_limit_s = max(30.0, 3 * kafka.session_timeout_ms / 1000.0)
@@ -195,7 +194,6 @@ class RoleConsumer(mode.Service):
                         "refused commit; exiting so that the role is restarted")
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
-            generation = self._generation
             try:
                 batches = await consumer.getmany(timeout_ms=self.tick_ms,
                                                  max_records=self.max_records)
@@ -203,21 +201,12 @@ class RoleConsumer(mode.Service):
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
             async with self.lock:
-                if batches and generation != self._generation:
-                    # Fetched before a rebalance that ran while this batch waited for the
-                    # lock: the partitions start again from their committed offsets (or
-                    # belong to another member now), and these records come again.
-                    batches = {}
                 if batches:
                     records: list[Record] = []
                     for tp, part in batches.items():
-                        fresh = [r for r in part if ledger.read(tp, r.offset)]
-                        if len(fresh) < len(part):
-                            self.reread_total += len(part) - len(fresh)
-                            log.warning("%s/%d: %d records fetched again at offsets already "
-                                        "handled; skipped", tp.topic, tp.partition,
-                                        len(part) - len(fresh), extra={"group": self.group})
-                        records += fresh
+                        for record in part:
+                            ledger.read(tp, record.offset)
+                        records += part
                     for start in range(0, len(records), CHUNK):
                         if start:
                             # Let the heartbeat and delivery callbacks run: a long batch

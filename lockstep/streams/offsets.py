@@ -29,8 +29,6 @@ class _Partition:
     frontier: int | None = None
     #: The frontier last handed out by :meth:`OffsetLedger.committable`.
     committed: int | None = None
-    #: One past the last offset read (records below it were handed out already).
-    next_read: int | None = None
 
 
 class OffsetLedger(Generic[P]):
@@ -51,26 +49,16 @@ class OffsetLedger(Generic[P]):
                 acknowledged anything still resumes here after a crash.
         """
         self._parts[tp] = _Partition(frontier=position, committed=position if committed
-                                     else None, next_read=position)
+                                     else None)
 
-    def read(self, tp: P, offset: int) -> bool:
-        """Note a record read from ``tp``; False if its offset was read already.
-
-        A partition's offsets arrive in order while it stays assigned, unless the client's
-        fetch position is reset (a leader change, an offset lookup after an outage). A
-        record read again must not be handled again: it would be decided a second time
-        (another late record, another inference: one key, other bytes).
-        """
+    def read(self, tp: P, offset: int) -> None:
+        """Note a record read from ``tp`` (offsets of a partition arrive in order)."""
         part = self._parts.get(tp)
         if part is None:
             part = self._parts[tp] = _Partition()
-        if part.next_read is not None and offset < part.next_read:
-            return False
-        part.next_read = offset + 1
         if part.frontier is None:
             part.frontier = offset
         part.unsettled.append(offset)
-        return True
 
     def ack(self, tp: P, offset: int) -> None:
         """Acknowledge one record; advance the frontier over the acknowledged prefix.

@@ -28,8 +28,10 @@ def test_inspect_deadletter_names_where_each_record_came_from_and_why(
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3, result.stdout
-    assert all(" dead-lettered by align: DecodeError: " in line for line in lines)
-    assert any("missing b'LS' magic" in line for line in lines)
+    assert all(" dead-lettered by align [" in line and "]: DecodeError: " in line
+               for line in lines)
+    assert any("[bad_magic]: DecodeError: not a Lockstep record: missing b'LS' magic" in line
+               for line in lines)
     assert all(line.startswith("media.") for line in lines)  # topic/partition@offset
     assert "3 deadletter records" in result.stderr
 

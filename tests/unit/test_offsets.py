@@ -94,15 +94,3 @@ def test_committed_offset_never_passes_an_unacknowledged_record(data: st.DataObj
     assert ledger.frontier(TP) == expected
     assert ledger.unsettled(TP) == len(offsets) - first
 
-
-def test_records_fetched_again_after_a_position_reset_are_refused_not_tracked_twice() -> None:
-    ledger: OffsetLedger[tuple[str, int]] = OffsetLedger()
-    ledger.start(TP, 500)
-    assert [ledger.read(TP, o) for o in (500, 501, 502)] == [True, True, True]
-    # the client's fetch position went back (a leader change): 501 and 502 come again
-    assert [ledger.read(TP, o) for o in (501, 502, 503)] == [False, False, True]
-    for offset in (500, 501, 502, 503):
-        ledger.ack(TP, offset)
-    assert ledger.committable() == {TP: 504}
-    assert ledger.unsettled(TP) == 0
-    assert not ledger.read(TP, 499)  # before the assignment's start: not this member's
