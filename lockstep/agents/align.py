@@ -64,7 +64,6 @@ class AlignAgent:
         self.max_bytes = settings.kafka.max_record_bytes
         self.pending: dict[TokenKey, Pending] = {}
         self.read: dict[TopicPartition, int] = {}
-        self._end_at_assignment: dict[TopicPartition, int] = {}
         self.catchup_records = settings.align.catchup_records
         self.catchup_s = settings.align.catchup_lag_ms / 1000.0
         self.oldest_read_s = 0.0  # largest transport lag read since the last tick
@@ -100,9 +99,7 @@ class AlignAgent:
         started = self.source.start_positions
         for tp in partitions:
             if tp.topic in catalog.MODALITY_OF_TOPIC and tp in started:
-                position, end = started[tp]
-                self.read[tp] = position - 1
-                self._end_at_assignment[tp] = end
+                self.read[tp] = started[tp][0] - 1
         if self.backlog() > 0:
             self.behind_at_us = time.time_ns() // 1000
             self.aligner.catching_up = True
@@ -129,7 +126,6 @@ class AlignAgent:
             del self.pending[key]
         for tp in media:
             self.read.pop(tp, None)
-            self._end_at_assignment.pop(tp, None)
         self._replay.drop(media)
         log.info("forgot %d streams of revoked partitions", len(streams),
                  extra={"stage": STAGE})
@@ -234,9 +230,9 @@ class AlignAgent:
             except (AssertionError, KeyError):  # not assigned any more (a rebalance)
                 continue
             if end is None:  # no fetch has answered for it yet
-                end = self._end_at_assignment.get(tp)
-                if end is None:
+                if tp not in self.source.start_positions:
                     continue
+                end = self.source.start_positions[tp][1]  # the log end at assignment
             behind = max(0, end - (read + 1))
             per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
         self.aligner.backlogged = frozenset(

@@ -188,7 +188,7 @@ class Aligner:
                 out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason,
                                              self._guard.code))
                 return out
-            learn_lag = not (self._catching_up or st.replay)
+            learn_lag = not self._backlog(st)
             item = Item.of(self._timebase.correct(st, token, now_us, learn_lag=learn_lag),
                            token, now_us)
         closed = st.closed_end
@@ -269,7 +269,7 @@ class Aligner:
         """
         late = []
         for stream_id, st in self._streams.items():
-            backlog = self._catching_up or st.replay
+            backlog = self._backlog(st)
             plan = self._plan(st, now_us) if st.buffered and not backlog else None
             if plan is not None and now_us >= self._deadline(st, plan.end):
                 late.append((stream_id, plan.seq))
@@ -295,6 +295,10 @@ class Aligner:
                 return False
         return True
 
+    def _backlog(self, st: Stream) -> bool:
+        """Whether ``st`` is read as a backlog (the task catching up, or a replayed stream)."""
+        return self._catching_up or st.replay
+
     def _stride(self) -> int:
         return self.stride if self._downsample else 1
 
@@ -313,7 +317,7 @@ class Aligner:
         modality the stream is sending; a dead modality is named missing, never waited for.
         """
         seen = st.last_seen
-        backlog = self._catching_up or st.replay
+        backlog = self._backlog(st)
         if backlog:
             # In a backlog a modality's records may simply not be fetched yet: none is idle.
             live = frozenset([m for m in seen if m in DENSE])
@@ -389,7 +393,7 @@ class Aligner:
             else:
                 ready = not blocked
             deadline = end + st.lag_us + self.max_wait_us
-            backlog = self._catching_up or st.replay  # watermarks only, no deadline
+            backlog = self._backlog(st)  # watermarks only, no deadline
             if not (ready or flush or st.buffered > self.max_buffered
                     or (now_us >= deadline and not backlog)):
                 # Until a token arrives (add re-plans), only the deadline or a modality
