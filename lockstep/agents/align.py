@@ -75,7 +75,7 @@ class AlignAgent:
         self._slo = slo
         self._stale_factor = settings.align.stale_after_budgets
         self._stale: dict[str, int] = {}
-        self.trimmer = MemoryTrimmer()
+        self.trimmer = MemoryTrimmer(compact=self._compact)
 
     def bind(self, consumer: RoleConsumer) -> None:
         """Take the consumer whose records this agent acknowledges."""
@@ -299,6 +299,11 @@ class AlignAgent:
                                partition=tp.partition, offset=record.offset, key=record.key,
                                value=record.value, error=error,
                                on_ack=self._acker([(tp, record.offset, None)]))
+
+    def _compact(self) -> None:
+        """Before a heap trim: drop the per-stream caches, keep marks in arrays."""
+        self.aligner.compact()
+        self._stale.clear()
 
     def _stale_us(self, stream_id: str) -> int:
         """How old a token of ``stream_id`` may be when read (0: any age)."""

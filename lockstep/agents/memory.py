@@ -36,10 +36,14 @@ class MemoryTrimmer:
     Args:
         threshold: Streams gone since the last trim that justify another.
         min_interval_s: Least time between two trims (a collection costs milliseconds).
+        compact: Called first: moves long-lived state out of the small objects that pin
+            the allocator's pools (see :meth:`lockstep.streams.aligner.Aligner.compact`).
     """
 
-    def __init__(self, threshold: int = 1000, min_interval_s: float = 10.0) -> None:
+    def __init__(self, threshold: int = 1000, min_interval_s: float = 10.0,
+                 compact: Callable[[], None] | None = None) -> None:
         self.threshold = threshold
+        self.compact = compact
         self.min_interval_s = min_interval_s
         self._peak = 0
         self._last = 0.0
@@ -52,6 +56,8 @@ class MemoryTrimmer:
         self._peak = max(self._peak, streams)
         if self._peak - streams < self.threshold or now_s - self._last < self.min_interval_s:
             return False
+        if self.compact is not None:
+            self.compact()
         gc.collect()
         if self._trim is not None:
             self._trim(0)

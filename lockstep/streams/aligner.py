@@ -27,6 +27,7 @@ Per stream:
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
 
 #: Modalities paired with the anchor whose pairing needs settled clocks (OCR holds a while).
 _PAIRED = (Modality.AUDIO, Modality.SENSOR)
+_NEVER = 1 << 62
 
 
 @dataclass
@@ -60,10 +62,12 @@ class Aligner:
     #: While catching up: modalities whose topics still hold unread records (set by the
     #: agent). Streams wait for them even before their first token of that modality.
     backlogged: frozenset[Modality] = frozenset()
-    #: Before this wall time no stream has anything due (the minimum of their ``wake_us``).
-    _wake_us: int = 0
     _table: StreamTable = field(init=False)
     _streams: OrderedDict[str, Stream] = field(init=False)
+    #: (wake time, stream) for every stream, earliest first: a poll visits only the streams
+    #: whose time has come, not all of them (a flood leaves tens of thousands). Entries
+    #: whose time no longer matches the stream's ``queued_us`` are stale and skipped.
+    _due: list[tuple[int, str]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -110,9 +114,10 @@ class Aligner:
     def catching_up(self, value: bool) -> None:
         if value != self._catching_up:
             self._catching_up = value
-            for st in self._streams.values():
-                st.wake_us = 0  # deadlines apply again (or no longer): re-plan on next poll
-            self._wake_us = 0
+            for stream_id, st in self._streams.items():
+                if st.buffered:  # deadlines apply again (or no longer): re-plan on next poll
+                    st.wake_us = 0
+                    self._schedule(stream_id, st)
 
     @property
     def open_windows(self) -> int:
@@ -147,7 +152,18 @@ class Aligner:
                 None if there was none.
         """
         self._table.resume(stream_id, closed_end_us, last_window_seq)
-        self._wake_us = 0
+        st = self._streams.get(stream_id)
+        if st is not None:
+            self._schedule(stream_id, st)
+
+    def compact(self) -> None:
+        """Hold what evicted streams left in arrays, not objects (before a heap trim).
+
+        The marks of the newest evicted streams are objects made among a flood's
+        short-lived ones; a few thousand of them keep most of the allocator's pools from
+        being freed (see :mod:`lockstep.streams.marks`).
+        """
+        self._table.compact()
 
     def add(self, token: Token, now_us: int, raw: bytes | None = None) -> AlignOutput:
         """Take one token; return what it settles.
@@ -171,12 +187,14 @@ class Aligner:
                 oldest = self._table.oldest()
                 self._evict(oldest, self._streams[oldest], now_us, out)
             st = self._table.open(stream_id)
+            self._schedule(stream_id, st)  # whatever becomes of its token: evicted by TTL
         else:
             self._streams.move_to_end(stream_id)
         st.last_arrival = now_us  # active, whatever the token's outcome
         if token.replay != st.replay:
             st.replay = token.replay
             st.pending, st.plan, st.wake_us, st.expect_until = None, None, 0, 0
+            self._schedule(stream_id, st)
         if st.seen_before(m, seq):
             out.duplicates.append(TokenKey(stream_id, m, seq))
             return out
@@ -201,14 +219,21 @@ class Aligner:
                 reason="window already emitted", at_us=now_us, value=raw,
                 code=ReasonCode.WINDOW_EMITTED))
             # It still trained its clock, which can change the next window's plan.
-            st.pending, st.plan, st.wake_us, self._wake_us = None, None, 0, 0
+            st.pending, st.plan, st.wake_us = None, None, 0
+            self._schedule(stream_id, st)
             return out
         st.insert(item, m, now_us)
         if self._may_complete(st, item, m):
             out.windows += self._close_ready(stream_id, st, now_us, flush=False)
-        if st.wake_us < self._wake_us:
-            self._wake_us = st.wake_us
+        self._schedule(stream_id, st)
         return out
+
+    def _schedule(self, stream_id: str, st: Stream) -> None:
+        """Queue a poll of the stream at its ``wake_us`` (unless one is queued before)."""
+        wake = st.wake_us
+        if wake < st.queued_us:
+            st.queued_us = wake
+            heapq.heappush(self._due, (wake, stream_id))
 
     def _may_complete(self, st: Stream, item: Item, m: Modality) -> bool:
         """Whether a new token of ``m`` can change the waiting window (else skip re-planning)."""
@@ -234,17 +259,28 @@ class Aligner:
     def poll(self, now_us: int) -> AlignOutput:
         """Emit windows whose deadline has passed; evict streams idle past the TTL."""
         out = AlignOutput()
-        if now_us < self._wake_us:
+        due = self._due
+        if not due or due[0][0] > now_us:
             return out  # the usual case: nothing of any stream is due yet
-        wake = 1 << 62
-        for stream_id, st in list(self._streams.items()):
+        streams = self._streams
+        ready: list[tuple[str, Stream]] = []
+        while due and due[0][0] <= now_us:
+            wake, stream_id = heapq.heappop(due)
+            st = streams.get(stream_id)
+            if st is not None and st.queued_us == wake:  # else stale (gone, or re-queued)
+                st.queued_us = _NEVER
+                ready.append((stream_id, st))
+        for stream_id, st in ready:
             if now_us >= st.wake_us:  # else nothing of this stream can be due before then
                 out.windows += self._close_ready(stream_id, st, now_us, flush=False)
                 if now_us - st.last_arrival > self.ttl_us:
                     self._evict(stream_id, st, now_us, out)
                     continue
-            wake = min(wake, st.wake_us)
-        self._wake_us = wake
+            self._schedule(stream_id, st)
+        if len(due) > 4 * len(streams) + 1024:  # mostly stale entries: rebuild
+            self._due = [(st.queued_us, sid) for sid, st in streams.items()
+                         if st.queued_us < _NEVER]
+            heapq.heapify(self._due)
         return out
 
     def _evict(self, stream_id: str, st: Stream, now_us: int, out: AlignOutput) -> None:
@@ -259,7 +295,8 @@ class Aligner:
         out = AlignOutput()
         for stream_id, st in self._streams.items():
             out.windows += self._close_ready(stream_id, st, now_us, flush=True)
-        self._wake_us = 0  # re-plan every stream on the next poll
+            st.wake_us = 0  # re-plan every stream on the next poll
+            self._schedule(stream_id, st)
         return out
 
     def overdue(self, now_us: int) -> list[tuple[str, int]]:

@@ -7,8 +7,9 @@ chunk is owned by the window holding its last sample), sorted, so a window takes
 from __future__ import annotations
 
 import bisect
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from lockstep.errors import ReasonCode
 from lockstep.streams.clock import CaptureClock, ClockLag, LagFloor
@@ -17,7 +18,42 @@ from lockstep.topics.schemas import LateToken, Modality, Window
 
 #: Modalities that arrive at a steady cadence; sparse OCR is never waited for.
 DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})
-_DEDUP_MEMORY = 4096
+#: Per modality, the duplicate check remembers the last 2,048 to 4,096 seqs (two generations).
+_DEDUP_GENERATION = 2048
+_NOTHING: frozenset[int] = frozenset()
+
+V = TypeVar("V")
+
+
+class PerModality(dict[Modality, V]):
+    """A per-modality map whose entries are made on first use.
+
+    Most of a stream's state is per modality, and many streams send only some modalities
+    (or, in a flood of new ids, a token or two): nothing is allocated for the others.
+    ``get`` and iteration see only the entries made so far.
+    """
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[Modality], V]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, m: Modality) -> V:
+        value = self[m] = self._make(m)
+        return value
+
+
+def _items(_: Modality) -> list[Item]:
+    return []
+
+
+def _clock(_: Modality) -> CaptureClock:
+    return CaptureClock()
+
+
+def _lag(m: Modality) -> ClockLag:
+    return ClockLag(size=8 if m is Modality.OCR else 16)
 
 
 @dataclass(frozen=True)
@@ -76,19 +112,15 @@ def own_time(item: Item) -> int:
     return item.own
 
 
-@dataclass
+@dataclass(slots=True)
 class Stream:
     """Everything the aligner keeps for one stream."""
 
     closed_end: int | None = None
-    buf: dict[Modality, list[Item]] = field(
-        default_factory=lambda: {m: [] for m in Modality})
+    buf: dict[Modality, list[Item]] = field(default_factory=lambda: PerModality(_items))
     buffered: int = 0
-    clocks: dict[Modality, CaptureClock] = field(
-        default_factory=lambda: {m: CaptureClock() for m in Modality})
-    lags: dict[Modality, ClockLag] = field(
-        default_factory=lambda: {m: ClockLag(size=8 if m is Modality.OCR else 16)
-                                 for m in Modality})
+    clocks: dict[Modality, CaptureClock] = field(default_factory=lambda: PerModality(_clock))
+    lags: dict[Modality, ClockLag] = field(default_factory=lambda: PerModality(_lag))
     offsets: dict[Modality, int] = field(default_factory=dict)
     offset_known: set[Modality] = field(default_factory=set)
     watermark: dict[Modality, int] = field(default_factory=dict)
@@ -104,6 +136,8 @@ class Stream:
     lag_us: int = 0
     #: Before this wall time a poll has nothing to do for the stream.
     wake_us: int = 0
+    #: The earliest wake time the aligner has queued for the stream (``NEVER``: none).
+    queued_us: int = 1 << 62
     #: The waiting window (start, end, modalities it waits for); None: re-plan on any token.
     pending: tuple[int, int, frozenset[Modality]] | None = None
     #: The waiting window's plan, while no token that could change it has arrived.
@@ -116,20 +150,25 @@ class Stream:
     #: Per modality, the consecutive tokens (seq, t_us) off its clock just before now
     #: (see :class:`~lockstep.streams.clockguard.ClockGuard`).
     offclock: dict[Modality, list[tuple[int, int]]] = field(default_factory=dict)
-    _recent: dict[Modality, tuple[set[int], deque[int]]] = field(default_factory=dict)
+    #: Per modality, the seqs seen lately: (this generation, the one before).
+    _recent: dict[Modality, tuple[set[int], frozenset[int] | set[int]]] = field(
+        default_factory=dict)
 
     def seen_before(self, modality: Modality, seq: int) -> bool:
-        """True for a (modality, seq) among the recent ones; remembers it otherwise."""
+        """True for a (modality, seq) among the recent ones; remembers it otherwise.
+
+        The recent ones are the last 2,048 to 4,096 seqs of the modality: two generations
+        of sets, the older dropped when the newer fills (no queue of every seq to keep).
+        """
         recent = self._recent.get(modality)
         if recent is None:
-            recent = self._recent[modality] = (set(), deque())
-        seen, order = recent
-        if seq in seen:
+            recent = self._recent[modality] = (set(), _NOTHING)
+        seen, before = recent
+        if seq in seen or seq in before:
             return True
         seen.add(seq)
-        order.append(seq)
-        if len(order) > _DEDUP_MEMORY:
-            seen.discard(order.popleft())
+        if len(seen) >= _DEDUP_GENERATION:
+            self._recent[modality] = (set(), seen)
         return False
 
     def insert(self, item: Item, m: Modality, now_us: int) -> None:

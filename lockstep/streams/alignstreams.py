@@ -12,22 +12,11 @@ of the partition emitted.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from lockstep.streams.alignstate import Stream
+from lockstep.streams.marks import Closed, EvictedMarks
 
-
-@dataclass(frozen=True, slots=True)
-class Closed:
-    """How far a stream's windows were emitted: the last end, the last frame-window key."""
-
-    end_us: int
-    anchor_seq: int | None
-
-    def merge(self, end_us: int, anchor_seq: int | None) -> Closed:
-        """The later of this and another mark."""
-        seqs = [s for s in (self.anchor_seq, anchor_seq) if s is not None]
-        return Closed(max(self.end_us, end_us), max(seqs) if seqs else None)
+__all__ = ["Closed", "StreamTable"]
 
 
 class StreamTable:
@@ -43,7 +32,7 @@ class StreamTable:
         self.max_evicted = max_evicted
         #: The live streams, least recently active first.
         self.live: OrderedDict[str, Stream] = OrderedDict()
-        self._closed: OrderedDict[str, Closed] = OrderedDict()
+        self._closed = EvictedMarks(max_evicted)
 
     @property
     def remembered(self) -> int:
@@ -57,7 +46,7 @@ class StreamTable:
 
     def open(self, stream_id: str) -> Stream:
         """Start the state of a stream, from what is remembered of it."""
-        closed = self._closed.pop(stream_id, None)
+        closed = self._closed.pop(stream_id)
         st = Stream() if closed is None else Stream(
             closed_end=closed.end_us, last_anchor_seq=closed.anchor_seq)
         self.live[stream_id] = st
@@ -92,10 +81,11 @@ class StreamTable:
     def forget(self, stream_id: str) -> None:
         """Drop everything about a stream (its partition went to another task)."""
         self.live.pop(stream_id, None)
-        self._closed.pop(stream_id, None)
+        self._closed.pop(stream_id)
+
+    def compact(self) -> None:
+        """Keep the remembered marks in arrays only (see :mod:`lockstep.streams.marks`)."""
+        self._closed.compact()
 
     def _remember(self, stream_id: str, closed: Closed) -> None:
-        self._closed[stream_id] = closed
-        self._closed.move_to_end(stream_id)
-        while len(self._closed) > self.max_evicted:
-            self._closed.popitem(last=False)
+        self._closed.put(stream_id, closed)

@@ -44,6 +44,11 @@ class CaptureClock:
         ready_period: The fitted period once the clock is ready, else None.
     """
 
+    __slots__ = ("_a", "_b", "_last_seq", "_limit2", "_min2", "_n", "_run", "_s0", "_sigmas2",
+                 "_sx", "_sxx", "_sxy", "_sy", "_syy", "_var", "_x0", "_y0", "forget",
+                 "min_outlier_us", "min_points", "outlier_sigmas", "outliers", "ready",
+                 "ready_period", "reset_after", "resets")
+
     def __init__(self, forget: float = 0.995, min_points: int = 8, outlier_sigmas: float = 6.0,
                  min_outlier_us: float = 20_000.0, reset_after: int = 4) -> None:
         self.forget = forget
@@ -202,6 +207,8 @@ class LagFloor:
     O(1) amortised: a deque of (index, lag) whose lags increase from the front.
     """
 
+    __slots__ = ("_count", "_q", "_size", "value")
+
     def __init__(self, size: int = 256) -> None:
         self._size = size
         self._count = 0
@@ -245,6 +252,9 @@ class ClockLag:
         every_later: Tokens between recomputations once ``young`` tokens have come since
             the clock's last restart.
     """
+
+    __slots__ = ("_arrivals", "_count", "_every", "_every_later", "_quantile", "_ref", "_resets",
+                 "_seqs", "_size", "_young", "low", "samples")
 
     def __init__(self, size: int = 16, quantile: float = 0.1, every: int = 4,
                  every_later: int = 32, young: int = 256) -> None:
