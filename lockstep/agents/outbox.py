@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -103,6 +103,9 @@ class Outbox:
         self._max_backoff_s = max_backoff_s
         self._failure: BaseException | None = None
         self._in_flight = 0
+        #: Records handed over and not yet acknowledged, by a serial number.
+        self._unacked: dict[int, tuple[str, bytes | None, bytes]] = {}
+        self._serial = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._retrying = 0
@@ -116,6 +119,17 @@ class Outbox:
     def in_flight(self) -> int:
         """Records handed over and not yet acknowledged (retries included)."""
         return self._in_flight
+
+    def unacknowledged(self, topics: Sequence[str]) -> list[tuple[str, bytes | None, bytes]]:
+        """(topic, key, value) of the records to ``topics`` not acknowledged yet.
+
+        They are as good as written: each is re-sent until the broker has it, or the role
+        fails. A takeover's read-back of what was produced counts them too, so an input
+        replayed while its output waits out an outage is not decided a second time (with
+        other bytes) but recognised as answered.
+        """
+        wanted = set(topics)
+        return [record for record in self._unacked.values() if record[0] in wanted]
 
     async def start(self) -> None:
         """Start the producer."""
@@ -146,8 +160,11 @@ class Outbox:
             raise BadInput(f"would be a {topic} record of {len(value)} bytes, over the "
                            f"{self.max_record_bytes}-byte limit")
         self._in_flight += 1
+        self._serial += 1
+        serial = self._serial
+        self._unacked[serial] = (topic, key, value)
         self._idle.clear()
-        await self._attempt(topic, key, value, on_ack, 0)
+        await self._attempt(serial, topic, key, value, on_ack, 0)
 
     async def send_record(self, topic: str, key: bytes | None, record: BaseModel,
                           on_ack: Callable[[], None] | None = None) -> None:
@@ -162,55 +179,57 @@ class Outbox:
             return False
         return True
 
-    async def _attempt(self, topic: str, key: bytes | None, value: bytes,
+    async def _attempt(self, serial: int, topic: str, key: bytes | None, value: bytes,
                        on_ack: Callable[[], None] | None, tries: int) -> None:
         try:
             future = await self._producer.send(topic, value, key=key)
         except KafkaError as error:
-            self._failed(topic, key, value, on_ack, tries, error)
+            self._failed(serial, topic, key, value, on_ack, tries, error)
             return
 
         def delivered(fut: asyncio.Future[Any]) -> None:
             if fut.cancelled():
-                self._failed(topic, key, value, on_ack, tries, asyncio.CancelledError())
+                self._failed(serial, topic, key, value, on_ack, tries,
+                             asyncio.CancelledError())
                 return
             error = fut.exception()
             if error is not None:
-                self._failed(topic, key, value, on_ack, tries, error)
+                self._failed(serial, topic, key, value, on_ack, tries, error)
                 return
             if self._retrying and tries:
                 self._retrying -= 1
             self._recovered()
-            self._done()
+            self._done(serial)
             if on_ack is not None:
                 on_ack()
 
         future.add_done_callback(delivered)
 
-    def _failed(self, topic: str, key: bytes | None, value: bytes,
+    def _failed(self, serial: int, topic: str, key: bytes | None, value: bytes,
                 on_ack: Callable[[], None] | None, tries: int, error: BaseException) -> None:
         if not _retriable(error):
             if self._failure is None:
                 self._failure = error
             log.error("produce to %s failed and cannot be retried: %r; its inputs stay "
                       "unacknowledged", topic, error, extra={"topic": topic})
-            self._done()
+            self._done(serial)
             return
         if tries == 0:
             self._retrying += 1
         self._outage(topic, error)
         delay = min(self._max_backoff_s, 0.1 * 2 ** min(tries, 8))
         task = asyncio.get_running_loop().create_task(
-            self._retry(delay, topic, key, value, on_ack, tries + 1))
+            self._retry(delay, serial, topic, key, value, on_ack, tries + 1))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _retry(self, delay: float, topic: str, key: bytes | None, value: bytes,
-                     on_ack: Callable[[], None] | None, tries: int) -> None:
+    async def _retry(self, delay: float, serial: int, topic: str, key: bytes | None,
+                     value: bytes, on_ack: Callable[[], None] | None, tries: int) -> None:
         await asyncio.sleep(delay)
-        await self._attempt(topic, key, value, on_ack, tries)
+        await self._attempt(serial, topic, key, value, on_ack, tries)
 
-    def _done(self) -> None:
+    def _done(self, serial: int) -> None:
+        self._unacked.pop(serial, None)
         self._in_flight -= 1
         if self._in_flight <= 0:
             self._in_flight = 0

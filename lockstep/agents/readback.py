@@ -33,10 +33,10 @@ def partition_of(key: bytes, partitions: int) -> int:
 
 @dataclass(frozen=True)
 class Output:
-    """One record read back."""
+    """One record read back (or still being re-sent by this process's producer)."""
 
     topic: str
-    partition: int
+    partition: int  # -1: not written yet
     key: bytes | None
     value: bytes | None
 
