@@ -33,6 +33,10 @@ def _malloc_trim() -> Callable[[int], int] | None:
 class MemoryTrimmer:
     """Trims the heap after the stream count drops by ``threshold`` from its peak.
 
+    A smaller drop (at least a tenth of it) is trimmed too once the count has stopped
+    falling for ``min_interval_s``: the tail of an eviction wave is returned as well, not
+    held until the next wave.
+
     Args:
         threshold: Streams gone since the last trim that justify another.
         min_interval_s: Least time between two trims (a collection costs milliseconds).
@@ -40,21 +44,30 @@ class MemoryTrimmer:
             the allocator's pools (see :meth:`lockstep.streams.aligner.Aligner.compact`).
     """
 
-    def __init__(self, threshold: int = 1000, min_interval_s: float = 10.0,
+    def __init__(self, threshold: int = 1000, min_interval_s: float = 2.0,
                  compact: Callable[[], None] | None = None) -> None:
         self.threshold = threshold
-        self.compact = compact
         self.min_interval_s = min_interval_s
+        self.compact = compact
         self._peak = 0
-        self._last = 0.0
+        self._last = float("-inf")
+        self._count = 0
+        self._count_since = 0.0
         self._trim = _malloc_trim()
         self.trims = 0
 
     def observe(self, streams: int, now_s: float | None = None) -> bool:
         """Note the live stream count; trim when enough streams went. Returns whether it did."""
         now_s = time.monotonic() if now_s is None else now_s
+        if streams != self._count:
+            self._count, self._count_since = streams, now_s
         self._peak = max(self._peak, streams)
-        if self._peak - streams < self.threshold or now_s - self._last < self.min_interval_s:
+        gone = self._peak - streams
+        if gone < self.threshold:
+            settled = now_s - self._count_since >= self.min_interval_s
+            if gone < max(1, self.threshold // 10) or not settled:
+                return False
+        if now_s - self._last < self.min_interval_s:
             return False
         if self.compact is not None:
             self.compact()
@@ -63,6 +76,6 @@ class MemoryTrimmer:
             self._trim(0)
         self._last = now_s
         self.trims += 1
-        log.info("returned memory after %d streams were evicted", self._peak - streams)
+        log.info("returned memory after %d streams were evicted", gone)
         self._peak = streams
         return True

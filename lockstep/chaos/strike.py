@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from lockstep.chaos.outcome import Rss
 from lockstep.chaos.procs import Pipeline, RoleProcess
 from lockstep.chaos.readback import Source
 from lockstep.chaos.scenarios import BrokerDown, Flood, HostileInput, KillRole, Scenario
-from lockstep.errors import BrokerError
+from lockstep.errors import BrokerError, LockstepError
+from lockstep.metrics_view import fetch, parse
 from lockstep.streams.alignstate import TokenKey
 from lockstep.streams.settings import Settings
 
@@ -62,6 +64,39 @@ class RssWatch:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+_METRICS_URL = re.compile(r"metrics on (http://\S+/metrics)")
+
+
+def _streams_held(process: RoleProcess) -> float | None:
+    """``lockstep_align_streams`` of an align process now (None: not readable)."""
+    urls = _METRICS_URL.findall(process.log_tail(10**7))
+    if not urls:
+        return None
+    try:
+        gauges = parse(fetch(urls[-1], timeout_s=2.0)).gauges
+    except (LockstepError, OSError):
+        return None
+    held = gauges.get("lockstep_align_streams")
+    return None if held is None else sum(held.values())
+
+
+async def wait_evicted(processes: Sequence[RoleProcess], at_most: int, timeout_s: float,
+                       settle_s: float) -> bool:
+    """Wait until every align process holds at most ``at_most`` streams, then ``settle_s``.
+
+    A flood is read (and its streams' TTLs start) long after it was published when the
+    align processes fall behind; RSS "once evicted" is read after this.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        held = [await asyncio.to_thread(_streams_held, p) for p in processes]
+        if all(h is not None and h <= at_most for h in held):
+            await asyncio.sleep(settle_s)  # the heap trim follows the last eviction
+            return True
+        await asyncio.sleep(0.5)
+    return False
 
 
 @dataclass

@@ -18,3 +18,18 @@ def test_a_trim_follows_a_drop_of_many_streams_and_waits_its_interval() -> None:
     assert not trimmer.observe(5_000, now_s=103.0)
     assert not trimmer.observe(10, now_s=104.0)  # too soon after the last trim
     assert trimmer.observe(10, now_s=113.0)
+
+
+def test_the_tail_of_an_eviction_wave_is_trimmed_once_the_count_stops_falling() -> None:
+    compacted: list[float] = []
+    trimmer = MemoryTrimmer(threshold=1000, min_interval_s=2.0,
+                            compact=lambda: compacted.append(0.0))
+    trimmer.observe(10_000, now_s=0.0)
+    assert trimmer.observe(8_000, now_s=1.0)  # the wave: trimmed at once
+    assert not trimmer.observe(7_500, now_s=3.0)  # 500 more, still falling
+    assert not trimmer.observe(7_400, now_s=4.0)
+    assert trimmer.observe(7_400, now_s=6.0)  # stopped falling: the tail is trimmed too
+    assert len(compacted) == 2  # compacted before each trim
+    assert not trimmer.observe(7_350, now_s=7.0)
+    assert not trimmer.observe(7_350, now_s=20.0)  # 50 streams: churn, not worth a trim
+    assert trimmer.trims == 2
