@@ -174,6 +174,13 @@ class AlignAgent:
         stale_us = self._stale_us(token.stream_id)
         # A replay was captured long before it was published: aligned, never stale.
         if stale_us and now_us - token.t_us > stale_us and not token.replay:
+            noted = self.aligner.settled_before(token, now_us)
+            if noted.windows:  # (a stream evicted to make room emits what it held)
+                await self.emit(noted.windows)
+            if noted.duplicates:  # a second copy of a token already settled
+                self.telemetry.token(token.modality, "duplicate")
+                self._ack(tp, record.offset)
+                return
             await self._late(LateToken(
                 stream_id=token.stream_id, modality=token.modality, seq=token.seq,
                 t_us=token.t_us, watermark_us=now_us - stale_us, at_us=now_us,

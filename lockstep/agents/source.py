@@ -159,6 +159,7 @@ class RoleConsumer(mode.Service):
             max_partition_fetch_bytes=kafka.max_record_bytes,
             fetch_max_bytes=max(kafka.max_record_bytes, 52_428_800),
             session_timeout_ms=kafka.session_timeout_ms,
+            rebalance_timeout_ms=max(kafka.rebalance_timeout_ms, kafka.session_timeout_ms),
             heartbeat_interval_ms=max(100, kafka.session_timeout_ms // 3),
             partition_assignment_strategy=(RangePartitionAssignor,))
         await wait_for_broker(self.consumer.start, self.kafka, what=f"group {self.group}")
@@ -252,8 +253,9 @@ class RoleConsumer(mode.Service):
             return
         async with self.lock:  # the batch in progress finishes first
             await self.agent.on_revoked(revoked)
-            if not await self.outbox.flush(timeout_s=max(1.0, self.kafka.session_timeout_ms
-                                                         / 2000.0)):
+            handover_s = max(self.kafka.rebalance_timeout_ms,
+                             self.kafka.session_timeout_ms) * 0.8 / 1000.0
+            if not await self.outbox.flush(timeout_s=handover_s):
                 log.warning("partitions released with records still in flight; their inputs "
                             "stay uncommitted and are replayed", extra={"group": self.group})
             await self.commit()

@@ -181,16 +181,7 @@ class Aligner:
                 f"t_us {t_us} is more than {self.max_future_us} µs in the future",
                 ReasonCode.FUTURE_T_US))
             return out
-        st = self._streams.get(stream_id)
-        if st is None:
-            while self._table.full:  # the least recently active stream makes room
-                oldest = self._table.oldest()
-                self._evict(oldest, self._streams[oldest], now_us, out)
-            st = self._table.open(stream_id)
-            self._schedule(stream_id, st)  # whatever becomes of its token: evicted by TTL
-        else:
-            self._streams.move_to_end(stream_id)
-        st.last_arrival = now_us  # active, whatever the token's outcome
+        st = self._stream(stream_id, now_us, out)
         if token.replay != st.replay:
             st.replay = token.replay
             st.pending, st.plan, st.wake_us, st.expect_until = None, None, 0, 0
@@ -234,6 +225,34 @@ class Aligner:
         if wake < st.queued_us:
             st.queued_us = wake
             heapq.heappush(self._due, (wake, stream_id))
+
+    def settled_before(self, token: Token, now_us: int) -> AlignOutput:
+        """Note a token settled outside the aligner (sent late as stale before ``add``).
+
+        Returns an output whose ``duplicates`` holds the token if a copy of it was already
+        taken (aligned, or settled here): the input topic can hold a token twice (a
+        producer's retry), and each copy must not be settled again with other bytes. Like
+        :meth:`add`, it may evict the least recently active stream to make room.
+        """
+        out = AlignOutput()
+        st = self._stream(token.stream_id, now_us, out)
+        if st.seen_before(token.modality, token.seq):
+            out.duplicates.append(TokenKey(token.stream_id, token.modality, token.seq))
+        return out
+
+    def _stream(self, stream_id: str, now_us: int, out: AlignOutput) -> Stream:
+        """The live state of a stream, opened (making room) if needed; marked active."""
+        st = self._streams.get(stream_id)
+        if st is None:
+            while self._table.full:  # the least recently active stream makes room
+                oldest = self._table.oldest()
+                self._evict(oldest, self._streams[oldest], now_us, out)
+            st = self._table.open(stream_id)
+            self._schedule(stream_id, st)  # whatever becomes of its token: evicted by TTL
+        else:
+            self._streams.move_to_end(stream_id)
+        st.last_arrival = now_us  # active, whatever the token's outcome
+        return st
 
     def _may_complete(self, st: Stream, item: Item, m: Modality) -> bool:
         """Whether a new token of ``m`` can change the waiting window (else skip re-planning)."""

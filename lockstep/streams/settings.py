@@ -54,6 +54,12 @@ class KafkaSettings(_Section):
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     session_timeout_ms: Annotated[int, Field(ge=3000)] = 10_000
+    #: How long a group member may take to hand its partitions over in a rebalance. It
+    #: waits up to 80 % of this for the records it produced from them to be acknowledged
+    #: (through a broker outage or a leader move): released earlier, their inputs would be
+    #: decided again by the next owner while the first outputs are still being re-sent. A
+    #: dead member is still removed after ``session_timeout_ms``.
+    rebalance_timeout_ms: Annotated[int, Field(ge=3000)] = 30_000
     max_record_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
     #: How long a consumer's fetch may wait for data. Kafka answers as soon as data
     #: arrives; the embedded broker holds the fetch for the whole wait, so keep it small there.

@@ -84,3 +84,14 @@ def test_evicted_memory_is_bounded_by_its_setting() -> None:
     for i in range(50):
         al.add(video(stream=f"s{i}", t_us=T0 + i), T0 + i + 1000)
     assert al.stream_count == 2 and al.evicted_count == 5
+
+
+def test_a_second_copy_of_a_token_settled_outside_the_aligner_is_a_duplicate() -> None:
+    al = Aligner(AlignSettings(required=("video",)), "cabin")
+    frame = video(stream="a", seq=7, t_us=T0)
+    assert al.settled_before(frame, T0 + 5_000_000).duplicates == []  # sent late as stale
+    again = al.settled_before(frame, T0 + 5_300_000)  # the producer wrote it twice
+    assert again.duplicates == [TokenKey("a", frame.modality, 7)]
+    assert al.add(frame, T0 + 5_400_000).duplicates == [TokenKey("a", frame.modality, 7)]
+    assert al.settled_before(video(stream="a", seq=8, t_us=T0 + P), T0 + 5_500_000
+                             ).duplicates == []
