@@ -67,6 +67,8 @@ class Cluster:
             "LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS": kafka.require_bootstrap(),
             "LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS": str(kafka.fetch_max_wait_ms),
             "LOCKSTEP_KAFKA__NEW_GROUP_OFFSET": "latest",
+            "LOCKSTEP_TOPICS__MEDIA_PARTITIONS": str(self.settings.topics.media_partitions),
+            "LOCKSTEP_TOPICS__PIPELINE_PARTITIONS": str(self.settings.topics.pipeline_partitions),
             "LOCKSTEP_APP_ID": f"bench-{self.run_id}",
             "LOCKSTEP_WORKER__ENGINE": "reference",
         })
@@ -90,7 +92,11 @@ class Cluster:
             kafka = self.settings.kafka.model_copy(update={
                 "bootstrap_servers": self.broker.bootstrap,
                 "fetch_max_wait_ms": min(self.settings.kafka.fetch_max_wait_ms, 5)})
-            self.settings = self.settings.model_copy(update={"kafka": kafka})
+            # One process per role reads all of a topic's partitions: on the embedded
+            # broker (whose work grows with the partitions in each fetch) one is enough.
+            topics = self.settings.topics.model_copy(update={"media_partitions": 1,
+                                                             "pipeline_partitions": 1})
+            self.settings = self.settings.model_copy(update={"kafka": kafka, "topics": topics})
         await prepare_topics(self.settings, create=True)
         env = self.env()
         base = lockstep_argv()
