@@ -19,6 +19,15 @@ def _isr(admin: AdminClient, topic: str) -> list[list[int]]:
     return [sorted(p.isrs) for _, p in sorted(partitions.items())]
 
 
+def _wait_isr(admin: AdminClient, topic: str, want: list[list[int]],
+              timeout_s: float) -> list[list[int]]:
+    """The ISRs of ``topic`` once they are ``want``, or as they are at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while (isr := _isr(admin, topic)) != want and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return isr
+
+
 def _produce(bootstrap: str, topic: str, count: int) -> int:
     """Produce ``count`` records with acks=all; return how many were acknowledged."""
     acked = 0
@@ -42,7 +51,8 @@ def test_a_cluster_node_killed_and_restarted_on_its_log_dir_rejoins_while_writes
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic("t", 3, 3, config={"min.insync.replicas": "2"})]
                             )["t"].result(30)
-        assert _isr(admin, "t") == [[1, 2, 3]] * 3
+        # The controller has the topic; the brokers' metadata follows a moment later.
+        assert _wait_isr(admin, "t", [[1, 2, 3]] * 3, 30.0) == [[1, 2, 3]] * 3
         victim = cluster.nodes[1]
         data_dir = victim.directory
         victim.kill()
@@ -51,10 +61,7 @@ def test_a_cluster_node_killed_and_restarted_on_its_log_dir_rejoins_while_writes
         assert _produce(cluster.bootstrap, "t", 200) == 200
         victim.start()
         assert victim.directory == data_dir and victim.is_running
-        deadline = time.monotonic() + 60
-        while _isr(admin, "t") != [[1, 2, 3]] * 3 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _isr(admin, "t") == [[1, 2, 3]] * 3
+        assert _wait_isr(admin, "t", [[1, 2, 3]] * 3, 60.0) == [[1, 2, 3]] * 3
         directories = [node.directory for node in cluster.nodes]
     assert all(node.pid is None for node in cluster.nodes)
     assert not any(d is not None and d.exists() for d in directories)
