@@ -125,6 +125,8 @@ class RoleConsumer(mode.Service):
         self._generation = 0
         self._fenced_since = 0.0
         self._fence_limit_s = max(30.0, 3 * kafka.session_timeout_ms / 1000.0)
+        #: The group's rebalance timeout; releasing partitions waits 80 % of it at most.
+        self._rebalance_ms = max(kafka.rebalance_timeout_ms, kafka.session_timeout_ms)
         self._consumer: AIOKafkaConsumer | None = None
         self._last_commit = 0.0
         self._fenced = False
@@ -159,7 +161,7 @@ class RoleConsumer(mode.Service):
             max_partition_fetch_bytes=kafka.max_record_bytes,
             fetch_max_bytes=max(kafka.max_record_bytes, 52_428_800),
             session_timeout_ms=kafka.session_timeout_ms,
-            rebalance_timeout_ms=max(kafka.rebalance_timeout_ms, kafka.session_timeout_ms),
+            rebalance_timeout_ms=self._rebalance_ms,
             heartbeat_interval_ms=max(100, kafka.session_timeout_ms // 3),
             partition_assignment_strategy=(RangePartitionAssignor,))
         await wait_for_broker(self.consumer.start, self.kafka, what=f"group {self.group}")
@@ -253,9 +255,7 @@ class RoleConsumer(mode.Service):
             return
         async with self.lock:  # the batch in progress finishes first
             await self.agent.on_revoked(revoked)
-            handover_s = max(self.kafka.rebalance_timeout_ms,
-                             self.kafka.session_timeout_ms) * 0.8 / 1000.0
-            if not await self.outbox.flush(timeout_s=handover_s):
+            if not await self.outbox.flush(timeout_s=self._rebalance_ms * 0.8 / 1000.0):
                 log.warning("partitions released with records still in flight; their inputs "
                             "stay uncommitted and are replayed", extra={"group": self.group})
             await self.commit()
