@@ -24,7 +24,7 @@ import msgpack
 from lockstep.errors import BadInput
 from lockstep.streams.alignstate import TokenKey
 from lockstep.topics.codec import HEADER_SIZE, Kind, decode_as, peek_kind
-from lockstep.topics.schemas import DeadLetter, Modality, Response
+from lockstep.topics.schemas import DeadLetter, Modality, Response, late_seqs
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -136,13 +136,15 @@ class Ledger:
         self.responses[key] = response
 
     def _late(self, body: dict[str, Any]) -> None:
-        token = TokenKey(body["stream_id"], Modality(body["modality"]), int(body["seq"]))
-        if token in self.late:
-            # A replay wrote it again (its at_us may differ): the same outcome, not a second.
-            self.duplicates["late"] += 1
-            return
-        self.late_codes[str(body.get("code") or body.get("reason") or "?")] += 1
-        self._settle(token, self.late)
+        code = str(body.get("code") or body.get("reason") or "?")
+        for token in late_tokens(body):
+            if token in self.late:
+                # A replay wrote it again (its at_us may differ): the same outcome, not a
+                # second.
+                self.duplicates["late"] += 1
+                continue
+            self.late_codes[code] += 1
+            self._settle(token, self.late)
 
     def _settle(self, token: TokenKey, into: set[TokenKey]) -> None:
         if token in self.in_windows or token in self.late:
@@ -150,3 +152,9 @@ class Ledger:
         into.add(token)
         if self._remaining is not None:
             self._remaining.discard(token)
+
+
+def late_tokens(body: dict[str, Any]) -> list[TokenKey]:
+    """The tokens a late record settles, from its MessagePack fields."""
+    stream_id, modality = str(body["stream_id"]), Modality(body["modality"])
+    return [TokenKey(stream_id, modality, seq) for seq in late_seqs(body)]

@@ -169,8 +169,9 @@ def describe(read: Read, *, now_us: int | None = None) -> str:
                 f"{size} bytes{cut})")
     if isinstance(record, LateToken):
         code = f" [{record.code}]" if record.code else ""
-        return (f"{record.stream_id} {record.modality.value} seq {record.seq} late{code}: "
-                f"{record.reason}")
+        more = f" (+{len(record.more_seqs)} more)" if record.more_seqs else ""
+        return (f"{record.stream_id} {record.modality.value} seq {record.seq}{more} "
+                f"late{code}: {record.reason}")
     if isinstance(record, Window):
         members = " ".join(f"{m.value} {len(s)}" for m, s in sorted(record.members.items()))
         missing = (f" missing {','.join(m.value for m in record.missing)}"

@@ -24,6 +24,7 @@ from lockstep.agents.outbox import Outbox, fit_late, send_dead_letter
 from lockstep.agents.readback import Output, partition_of
 from lockstep.agents.source import Record, RoleConsumer
 from lockstep.errors import BadInput, ReasonCode
+from lockstep.ledger import late_tokens
 from lockstep.streams.aligner import HOP_BASE, Aligner, TokenKey
 from lockstep.streams.rate import RateController, effective_fps
 from lockstep.streams.replay import ReplayGuard
@@ -32,7 +33,7 @@ from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind
 from lockstep.topics.edge import decode_token
-from lockstep.topics.schemas import LateToken, Modality, Token, Window
+from lockstep.topics.schemas import MAX_LATE_BATCH, LateToken, Modality, Token, Window
 
 log = logging.getLogger(__name__)
 STAGE = "align"
@@ -75,6 +76,8 @@ class AlignAgent:
         self._slo = slo
         self._stale_factor = settings.align.stale_after_budgets
         self._stale: dict[str, int] = {}
+        #: Stale tokens of the batch being read, by stream and modality (one late record each).
+        self._shedding: dict[tuple[str, Modality], _Shed] = {}
         self.trimmer = MemoryTrimmer(compact=self._compact)
 
     def bind(self, consumer: RoleConsumer) -> None:
@@ -148,6 +151,7 @@ class AlignAgent:
             await self._one(tp, record, now_us)
             if self._replay.until:
                 self._replay.passed(tp, record.offset + 1)
+        await self._flush_shed()
         self.oldest_read_s = oldest
         if oldest > self.catchup_s:
             self.behind_at_us = now_us
@@ -181,13 +185,7 @@ class AlignAgent:
                 self.telemetry.token(token.modality, "duplicate")
                 self._ack(tp, record.offset)
                 return
-            await self._late(LateToken(
-                stream_id=token.stream_id, modality=token.modality, seq=token.seq,
-                t_us=token.t_us, watermark_us=now_us - stale_us, at_us=now_us,
-                value_size=len(record.value or b""), code=ReasonCode.STALE,
-                reason=f"stale: read {(now_us - token.t_us) / 1000:.0f} ms after capture, "
-                       f"past the {stale_us / 1000:.0f} ms its window could wait"),
-                [(tp, record.offset)])
+            await self._shed(token, tp, record, now_us, stale_us)
             return
         out = self.aligner.add(token, now_us, raw=record.value)
         if key in out.duplicates:
@@ -295,8 +293,45 @@ class AlignAgent:
                                        ReasonCode.WINDOW_TOO_LARGE),
                         on_ack=self._acker([(tp, offset, None)]))
 
-    async def _late(self, late: LateToken, settles: list[tuple[TopicPartition, int]]) -> None:
-        self.telemetry.token(late.modality, "late")
+    async def _shed(self, token: Token, tp: TopicPartition, record: Record, now_us: int,
+                    stale_us: int) -> None:
+        """Settle a token read too late to wait for its window: to ``late``, batched.
+
+        Shedding is what a backlog costs, so it must cost less than aligning: the stale
+        tokens of one stream and modality in a batch share one late record (its ``seq``
+        and ``more_seqs``), sent when the batch is done (:meth:`_flush_shed`).
+        """
+        group = (token.stream_id, token.modality)
+        run = self._shedding.get(group)
+        if run is None:
+            run = self._shedding[group] = _Shed(token, now_us, stale_us)
+        run.add(token.seq, tp, record.offset, len(record.value or b""))
+        if len(run.seqs) >= MAX_LATE_BATCH:
+            del self._shedding[group]
+            await self._send_shed(run)
+
+    async def _flush_shed(self) -> None:
+        """Send the late records of the tokens shed in this batch."""
+        runs, self._shedding = self._shedding, {}
+        for run in runs.values():
+            await self._send_shed(run)
+
+    async def _send_shed(self, run: _Shed) -> None:
+        first = run.first
+        oldest_ms = (run.now_us - first.t_us) / 1000
+        what, whose = (f"{len(run.seqs)} tokens, the first read", "their windows") \
+            if len(run.seqs) > 1 else ("read", "its window")
+        await self._late(LateToken(
+            stream_id=first.stream_id, modality=first.modality, seq=run.seqs[0],
+            more_seqs=run.seqs[1:], t_us=first.t_us, watermark_us=run.now_us - run.stale_us,
+            at_us=run.now_us, value_size=run.size, code=ReasonCode.STALE,
+            reason=f"stale: {what} {oldest_ms:.0f} ms after capture, past the "
+                   f"{run.stale_us / 1000:.0f} ms {whose} could wait"),
+            run.settles, count=len(run.seqs))
+
+    async def _late(self, late: LateToken, settles: list[tuple[TopicPartition, int]],
+                    count: int = 1) -> None:
+        self.telemetry.token(late.modality, "late", count)
         await self.outbox.send_record(
             catalog.LATE, late.stream_id.encode(), fit_late(late, self.max_bytes),
             self._acker([(tp, o, None) for tp, o in settles]))
@@ -357,13 +392,31 @@ def _settle(replay: ReplayGuard[TopicPartition], out: Output) -> None:
             replay.add_window(body["stream_id"], int(body["window_seq"]), int(body["t_end_us"]),
                               body["members"], HOP_BASE)
         elif kind is Kind.LATE and out.topic == catalog.LATE:
-            replay.tokens.add(TokenKey(body["stream_id"], Modality(body["modality"]),
-                                       int(body["seq"])))
+            replay.tokens.update(late_tokens(body))
         elif kind is Kind.DEADLETTER and body.get("stage") == STAGE:
             replay.dead.add((body["topic"], int(body["partition"]), int(body["offset"])))
     except (KeyError, TypeError, ValueError):
         log.info("a record read back from %s does not parse; ignored", out.topic,
                  extra={"stage": STAGE, "topic": out.topic})
+
+
+class _Shed:
+    """Stale tokens of one stream and modality, read in one batch: one late record."""
+
+    __slots__ = ("first", "now_us", "seqs", "settles", "size", "stale_us")
+
+    def __init__(self, first: Token, now_us: int, stale_us: int) -> None:
+        self.first = first
+        self.now_us = now_us
+        self.stale_us = stale_us
+        self.seqs: list[int] = []
+        self.settles: list[tuple[TopicPartition, int]] = []
+        self.size = 0
+
+    def add(self, seq: int, tp: TopicPartition, offset: int, size: int) -> None:
+        self.seqs.append(seq)
+        self.settles.append((tp, offset))
+        self.size += size
 
 
 def _modality_label(topic: str) -> str:

@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from lockstep.agents.wait import topic_partitions, wait_for_broker
 from lockstep.errors import BadInput, BrokerError
-from lockstep.ledger import Key, Ledger
+from lockstep.ledger import Key, Ledger, late_tokens
 from lockstep.streams.alignstate import TokenKey
 from lockstep.streams.settings import KafkaSettings
 from lockstep.topics import catalog
@@ -155,16 +155,16 @@ class TopicReadback:
             self._keyed(kind, record, value, conflicts)
         elif kind is Kind.LATE:
             body = msgpack.unpackb(value[HEADER_SIZE:])
-            token = TokenKey(body["stream_id"], Modality(body["modality"]), int(body["seq"]))
             digest = hashlib.blake2b(value, digest_size=16).digest()
-            if self._late_digest.setdefault(token, digest) == digest and (
-                    self.settled_in.get(token, "").startswith("late")):
-                # The same late record again (a produce retried after a lost answer): a
-                # duplicate, as an identical window would be.
-                self.repeated_late.add(token)
-                return
-            self._where(token, f"late ({str(body.get('reason', ''))[:60]}, "
-                               f"offset {record.offset})")
+            where = f"late ({str(body.get('reason', ''))[:60]}, offset {record.offset})"
+            for token in late_tokens(body):
+                if self._late_digest.setdefault(token, digest) == digest and (
+                        self.settled_in.get(token, "").startswith("late")):
+                    # The same late record again (a produce retried after a lost answer):
+                    # a duplicate, as an identical window would be.
+                    self.repeated_late.add(token)
+                    continue
+                self._where(token, where)
         elif kind is Kind.DEADLETTER:
             letter = ledger.dead_letters[-1]
             self.dead_sources.add((letter.topic, letter.partition, letter.offset))

@@ -9,6 +9,7 @@ the ``*_us`` fields of :class:`Timeline` are wall-clock times taken by the stage
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -332,8 +333,18 @@ class DeadLetter(_Record):
         "stable reason code; readers must accept codes they do not know"))] = ""
 
 
+#: Most tokens one late record settles (its ``seq`` and ``more_seqs`` together).
+MAX_LATE_BATCH = 4096
+
+
 class LateToken(_Record):
-    """A token that arrived after its window had been emitted."""
+    """A token that arrived after its window had been emitted, or was read too late to wait.
+
+    A stale record settles a run of tokens: ``seq`` and ``more_seqs``, all of one stream and
+    modality, shed together from one batch read (``t_us`` is the first one's capture time,
+    ``value_size`` the bytes of all of them). Every reader that counts late tokens counts
+    every seq a record names (:func:`late_seqs`).
+    """
 
     stream_id: StreamId
     modality: Modality
@@ -351,6 +362,14 @@ class LateToken(_Record):
     #: Why, as a stable code: ``window_emitted`` or ``stale``.
     code: Annotated[Code, Field(examples=_LATE_CODES, description=(
         "stable reason code; readers must accept codes they do not know"))] = ""
+    #: Further tokens of this stream and modality this record settles, for the same reason.
+    more_seqs: Annotated[list[Seq], Field(max_length=MAX_LATE_BATCH - 1, description=(
+        "further seqs of the same stream and modality settled by this record"))] = []
+
+
+def late_seqs(body: Mapping[str, Any]) -> list[int]:
+    """Every seq a late record settles, from its MessagePack fields (``seq`` first)."""
+    return [int(body["seq"]), *(int(s) for s in body.get("more_seqs") or ())]
 
 
 class SloEvent(_Record):

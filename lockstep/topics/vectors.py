@@ -195,11 +195,13 @@ def valid() -> list[Vector]:
                          watermark_us=T0 - 400_000, reason="window already emitted",
                          at_us=T0 + 2_000, value=encode(_ocr()),
                          value_size=len(encode(_ocr())), code=ReasonCode.WINDOW_EMITTED)),
-        Vector("late-stale", "a frame read long after capture (not carried)", catalog.LATE, key,
-               LateToken(stream_id=STREAM, modality=Modality.VIDEO, seq=42, t_us=T0,
-                         watermark_us=T0 + 30_000, at_us=T0 + 150_000,
-                         reason="stale: read 150 ms after capture, past the 120 ms its "
-                                "window could wait", value_size=410, code=ReasonCode.STALE)),
+        Vector("late-stale", "three frames read long after capture, shed in one record "
+               "(not carried)", catalog.LATE, key,
+               LateToken(stream_id=STREAM, modality=Modality.VIDEO, seq=42, more_seqs=[43, 44],
+                         t_us=T0, watermark_us=T0 + 30_000, at_us=T0 + 150_000,
+                         reason="stale: 3 tokens, the first read 150 ms after capture, past "
+                                "the 120 ms their windows could wait", value_size=1230,
+                         code=ReasonCode.STALE)),
         Vector("slo-event", "an e2e breach that degrades the cabin class", catalog.SLO_EVENTS,
                b"cabin", SloEvent(kind="breach", stage="e2e", slo_class="cabin", p99_ms=131.5,
                                   budget_ms=120.0, samples=412, consecutive=3, degrade=True,

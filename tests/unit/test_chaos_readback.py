@@ -42,9 +42,9 @@ def _window(seq: int, frames: list[int], *, start_us: int = T0, aligned_us: int 
         members={Modality.VIDEO: frames}, timeline=Timeline(aligned_us=aligned_us)))
 
 
-def _late(seq: int, reason: str = "stale") -> bytes:
+def _late(seq: int, reason: str = "stale", more: tuple[int, ...] = ()) -> bytes:
     return encode(LateToken(stream_id="cam", modality=Modality.VIDEO, seq=seq, t_us=T0,
-                            watermark_us=T0, reason=reason, at_us=T0))
+                            watermark_us=T0, reason=reason, at_us=T0, more_seqs=list(more)))
 
 
 def _response(seq: int, output: str = "x") -> bytes:
@@ -97,6 +97,17 @@ def test_the_same_late_record_read_twice_is_a_duplicate_not_a_second_outcome() -
     assert readback.repeated_late == {_key(5)}
     readback.add(catalog.LATE, Record(_late(5, "other"), 5, 0))  # other bytes: twice
     assert readback.settled_twice == {_key(5)}
+
+
+def test_a_late_record_of_a_shed_run_settles_every_token_it_names() -> None:
+    readback = _readback()
+    readback.add(catalog.LATE, Record(_late(7, more=(8, 9, 11)), 3, 0))
+    assert readback.lost({_key(s) for s in (7, 8, 9, 10, 11)}) == {_key(10)}
+    readback.add(catalog.LATE, Record(_late(7, more=(8, 9, 11)), 4, 0))  # a retried produce
+    assert readback.repeated_late == {_key(7), _key(8), _key(9), _key(11)}
+    assert readback.settled_twice == set()
+    readback.add(catalog.ALIGNED, Record(_window(1, [9]), 0, 0))  # and in a window too
+    assert readback.settled_twice == {_key(9)}
 
 
 def test_a_dead_lettered_token_is_accounted_for_and_its_source_recorded() -> None:

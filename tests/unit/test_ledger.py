@@ -13,11 +13,11 @@ from tests.factories import T0
 pytestmark = pytest.mark.unit
 
 
-def _late(seq: int, at_us: int = T0 + 5_000, code: ReasonCode = ReasonCode.WINDOW_EMITTED
-          ) -> bytes:
+def _late(seq: int, at_us: int = T0 + 5_000, code: ReasonCode = ReasonCode.WINDOW_EMITTED,
+          more: tuple[int, ...] = ()) -> bytes:
     return encode(LateToken(stream_id="s", modality=Modality.AUDIO, seq=seq, t_us=T0,
                             watermark_us=T0 + 1_000, reason="window already emitted",
-                            at_us=at_us, code=code))
+                            at_us=at_us, code=code, more_seqs=list(more)))
 
 
 def test_a_late_record_written_again_by_a_replay_is_a_duplicate_not_a_second_outcome() -> None:
@@ -30,3 +30,15 @@ def test_a_late_record_written_again_by_a_replay_is_a_duplicate_not_a_second_out
     ledger.add(_late(1, at_us=T0 + 9_000))  # re-decided after a takeover: later at_us
     assert ledger.duplicates["late"] == 2 and not ledger.conflicts
     assert ledger.late_codes == {"window_emitted": 1, "stale": 1}
+
+
+def test_a_stale_record_of_a_shed_run_settles_each_token_it_names_once() -> None:
+    ledger = Ledger()
+    ledger.add(_late(4, code=ReasonCode.STALE, more=(5, 6, 9)))
+    assert ledger.late == {TokenKey("s", Modality.AUDIO, s) for s in (4, 5, 6, 9)}
+    assert ledger.late_codes == {"stale": 4}
+    published = {TokenKey("s", Modality.AUDIO, s) for s in range(4, 10)}
+    assert ledger.unaccounted(published) == {TokenKey("s", Modality.AUDIO, s) for s in (7, 8)}
+    ledger.add(_late(6, code=ReasonCode.STALE, more=(7,)))  # a replay regrouped the run
+    assert ledger.duplicates["late"] == 1 and ledger.late_codes == {"stale": 5}
+    assert ledger.settled_twice == set()
