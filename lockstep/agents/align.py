@@ -139,15 +139,12 @@ class AlignAgent:
         """Decode and align a batch of media records."""
         self.outbox.raise_if_failed()
         now_s = now_us / 1e6
-        stage = self.telemetry.stage
-        oldest = self.oldest_read_s
+        transport = [max(0.0, now_s - record.timestamp / 1000.0) for record in records]
+        self.telemetry.stages("transport", transport)
+        oldest = max(self.oldest_read_s, *transport) if transport else self.oldest_read_s
         for record in records:
             tp = self._tp(record.topic, record.partition)
             self.read[tp] = record.offset
-            transport_s = now_s - record.timestamp / 1000.0
-            if transport_s > oldest:
-                oldest = transport_s
-            stage("transport", transport_s if transport_s > 0 else 0.0)
             await self._one(tp, record, now_us)
             if self._replay.until:
                 self._replay.passed(tp, record.offset + 1)

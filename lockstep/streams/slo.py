@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +73,16 @@ class SloMonitor:
             if track is None:
                 track = self._tracks[key] = _Track()
             track.samples.append((now_us, seconds))
+
+    def observe_many(self, stage: str, slo_class: str, seconds: Iterable[float],
+                     now_us: int) -> None:
+        """Add latency samples all taken at ``now_us``."""
+        key = (stage, slo_class or self._slo.default_class)
+        with self._lock:
+            track = self._tracks.get(key)
+            if track is None:
+                track = self._tracks[key] = _Track()
+            track.samples.extend((now_us, v) for v in seconds)
 
     def due(self, now_us: int) -> bool:
         """Whether an evaluation is due at ``now_us``."""

@@ -56,6 +56,27 @@ def test_an_observation_without_a_class_is_labelled_with_the_default_class() -> 
     assert 'slo_class=""' not in generate_latest(t.registry).decode()
 
 
+def test_a_batch_of_observations_is_what_the_same_observations_one_by_one_give() -> None:
+    (one, one_slo), (batch, batch_slo) = _watched(), _watched()
+    values = [0.001, 0.011, 0.0125, 0.3, 0.0, 0.012]  # around the 12 ms stage budget
+    for v in values:
+        one.stage("transport", v)
+    batch.stages("transport", values)
+    batch.stages("transport", [])
+
+    def samples(t: Telemetry) -> list[str]:
+        return [line for line in generate_latest(t.registry).decode().splitlines()
+                if "_created" not in line]
+    assert samples(batch) == samples(one)
+    assert batch.registry.get_sample_value(
+        "lockstep_slo_violations_total", {"stage": "transport", "slo_class": "cabin"}) == 2
+    assert batch.stage_stats()["transport"] == one.stage_stats()["transport"]
+    later = time.monotonic_ns() // 1000 + 1_000_000
+    assert batch_slo.evaluate(later) == one_slo.evaluate(later)
+    key = ("transport", "cabin")
+    assert [v for _, v in batch_slo._tracks[key].samples] == values
+
+
 def test_an_unwatched_telemetry_labels_with_the_settings_default_class() -> None:
     t = Telemetry()
     t.stage("transport", 0.001)
