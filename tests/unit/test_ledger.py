@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lockstep.ledger import Ledger
+from lockstep.records import Read, describe
 from lockstep.streams.aligner import TokenKey
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import LateToken, Modality, ReasonCode
@@ -42,3 +43,11 @@ def test_a_stale_record_of_a_shed_run_settles_each_token_it_names_once() -> None
     ledger.add(_late(6, code=ReasonCode.STALE, more=(7,)))  # a replay regrouped the run
     assert ledger.duplicates["late"] == 1 and ledger.late_codes == {"stale": 5}
     assert ledger.settled_twice == set()
+
+
+def test_inspect_names_a_stale_run_by_its_first_token_and_how_many_more() -> None:
+    late = LateToken(stream_id="s", modality=Modality.VIDEO, seq=42, more_seqs=[43, 44],
+                     t_us=T0, watermark_us=T0, at_us=T0, code=ReasonCode.STALE,
+                     reason="stale: 3 tokens, the first read 150 ms after capture")
+    line = describe(Read("late", 0, 7, 0, b"s", late, None))
+    assert line.startswith("s video seq 42 (+2 more) late [stale]: stale: 3 tokens")
