@@ -14,7 +14,9 @@ policy against a real engine, and the bench drives the three below on the same t
   engine's expected latency for a batch one larger than now (P95, from
   :class:`~lockstep.engines.latency.LatencyModel`) plus a margin, when the oldest request has
   waited ``max_queue_delay_us``, or at once when the engine is free and, at the recent
-  arrival rate, not even one more request is expected before the batch would be due.
+  arrival rate, not even one more request is expected before the batch would be due, or
+  the engine serving batches of the queued size would be busy at most half the time
+  (batching saves engine time only where it is short).
 - Batch formation: among the candidates "the first n requests that finish in time in a
   batch of n" at each degradation level (fewer output tokens, fewer vision tokens), take
   the one that strands the fewest requests (left out and unable to finish even in the
@@ -205,6 +207,8 @@ class DeadlineScheduler(_Queue[H]):
     RATE_ALPHA = 0.1
     #: Arrivals seen before the rate is trusted.
     MIN_GAPS = 8
+    #: Engine busy share below which a free engine serves what is queued at once.
+    LIGHT_LOAD = 0.5
 
     def __init__(self, config: SchedulerConfig, latency: LatencyModel | None = None) -> None:
         super().__init__(config, latency)
@@ -241,13 +245,25 @@ class DeadlineScheduler(_Queue[H]):
         oldest = min(p.arrived_us for p in queue)
         grow = self.latency.expected_us(min(n + 1, cfg.max_batch)) + cfg.margin_us
         due = min(head_deadline - grow, oldest + cfg.max_queue_delay_us)
-        # Waiting only pays when company is expected before the batch is due: with the
-        # engine idle and fewer than one arrival expected by then, go now.
-        sparse = self._gaps >= self.MIN_GAPS and (due - now_us) < self._gap_us
-        if n < cfg.max_batch and now_us < due and not sparse:
+        if n < cfg.max_batch and now_us < due and not self._go_now(n, due - now_us):
             return Decision(None, expired, due if wake is None else min(due, wake))
         batch = self._form(now_us)
         return Decision(batch, expired, None)
+
+    def _go_now(self, n: int, slack_us: int) -> bool:
+        """Whether waiting for company cannot pay, with the engine free and ``n`` queued.
+
+        It cannot when fewer than one arrival is expected before the batch is due, and it
+        need not when the engine, serving batches of ``n`` at the recent arrival rate, would
+        be busy at most :attr:`LIGHT_LOAD` of the time: batching then saves engine time
+        nobody is short of, and the wait is pure latency. Under load the queue fills while
+        the engine runs, so batches still grow where they must.
+        """
+        if self._gaps < self.MIN_GAPS:
+            return False  # unknown rate: assume company comes
+        if slack_us < self._gap_us:
+            return True
+        return self.latency.expected_us(n) <= self.LIGHT_LOAD * n * self._gap_us
 
     def _alone_us(self) -> int:
         """The fastest a request can still be served: alone, at the most degraded level."""

@@ -258,3 +258,23 @@ def test_goes_at_once_when_no_company_is_expected_before_the_batch_is_due() -> N
         dense.admit(i, request(i, deadline_us=T0 + 500 * MS), T0 + i * MS)
     assert dense.poll(T0 + 9 * MS, free_slots=1).batch is None
     assert dense.poll(T0 + 10 * MS, free_slots=1).batch is not None  # max delay reached
+
+
+def test_goes_at_once_when_the_engine_keeps_up_without_batching() -> None:
+    def arrivals(s: DeadlineScheduler[int]) -> DeadlineScheduler[int]:
+        for i in range(10):  # one every 5 ms, plenty of slack, max delay 10 ms
+            s.admit(i, request(i, deadline_us=T0 + 500 * MS), T0 + i * 5 * MS)
+            if i < 9:
+                while s.poll(T0 + i * 5 * MS + 4 * MS, free_slots=1).batch is not None:
+                    pass
+        return s
+
+    cfg = SchedulerConfig(max_batch=16, max_queue=64, max_queue_delay_us=10 * MS,
+                          margin_us=1 * MS, priority_lead_us=0)
+    # 1 ms a request alone, arrivals every 5 ms: the engine is idle 80 % of the time.
+    cheap = arrivals(DeadlineScheduler(cfg, _model(fixed_ms=0.8, per_item_ms=0.2)))
+    batch = cheap.poll(T0 + 45 * MS, free_slots=1).batch
+    assert batch is not None and len(batch.items) == 1
+    # 11 ms alone: serving singles would overrun the engine, so company is worth waiting for.
+    costly = arrivals(DeadlineScheduler(cfg, _model(fixed_ms=10, per_item_ms=1)))
+    assert costly.poll(T0 + 45 * MS, free_slots=1).batch is None
