@@ -340,9 +340,14 @@ class AlignAgent:
                                on_ack=self._acker([(tp, record.offset, None)]))
 
     def _compact(self) -> None:
-        """Before a heap trim: drop the per-stream caches, keep marks in arrays."""
+        """Before a heap trim: drop the per-stream caches, keep marks in arrays.
+
+        The buffered tokens' table is rebuilt at its present size: a flood grows it to
+        tens of thousands of entries, and a dict keeps its table when entries leave.
+        """
         self.aligner.compact()
         self._stale.clear()
+        self.pending = dict(self.pending)
 
     def _stale_us(self, stream_id: str) -> int:
         """How old a token of ``stream_id`` may be when read (0: any age)."""

@@ -157,13 +157,17 @@ class Aligner:
             self._schedule(stream_id, st)
 
     def compact(self) -> None:
-        """Hold what evicted streams left in arrays, not objects (before a heap trim).
+        """Give back what a burst of streams left behind (before a heap trim).
 
-        The marks of the newest evicted streams are objects made among a flood's
-        short-lived ones; a few thousand of them keep most of the allocator's pools from
-        being freed (see :mod:`lockstep.streams.marks`).
+        What evicted streams left is held in arrays, not objects: the marks of the newest
+        evicted streams are objects made among a flood's short-lived ones, and a few
+        thousand of them keep most of the allocator's pools from being freed (see
+        :mod:`lockstep.streams.marks`). The tables a flood grew (a dict never shrinks on
+        its own) are rebuilt at their present size.
         """
         self._table.compact()
+        self._streams = self._table.live
+        self._assembler.compact()
 
     def add(self, token: Token, now_us: int, raw: bytes | None = None) -> AlignOutput:
         """Take one token; return what it settles.

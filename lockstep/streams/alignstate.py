@@ -14,13 +14,14 @@ from typing import TypeVar
 from lockstep.errors import ReasonCode
 from lockstep.streams.clock import CaptureClock, ClockLag, LagFloor
 from lockstep.streams.matching import Item
+from lockstep.streams.seqset import EMPTY as NO_SEQS
+from lockstep.streams.seqset import SeqSet
 from lockstep.topics.schemas import LateToken, Modality, Window
 
 #: Modalities that arrive at a steady cadence; sparse OCR is never waited for.
 DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})
 #: Per modality, the duplicate check remembers the last 2,048 to 4,096 seqs (two generations).
 _DEDUP_GENERATION = 2048
-_NOTHING: frozenset[int] = frozenset()
 
 V = TypeVar("V")
 
@@ -151,24 +152,24 @@ class Stream:
     #: (see :class:`~lockstep.streams.clockguard.ClockGuard`).
     offclock: dict[Modality, list[tuple[int, int]]] = field(default_factory=dict)
     #: Per modality, the seqs seen lately: (this generation, the one before).
-    _recent: dict[Modality, tuple[set[int], frozenset[int] | set[int]]] = field(
-        default_factory=dict)
+    _recent: dict[Modality, tuple[SeqSet, SeqSet]] = field(default_factory=dict)
 
     def seen_before(self, modality: Modality, seq: int) -> bool:
         """True for a (modality, seq) among the recent ones; remembers it otherwise.
 
         The recent ones are the last 2,048 to 4,096 seqs of the modality: two generations
         of sets, the older dropped when the newer fills (no queue of every seq to keep).
+        The sets are bitmaps (:mod:`lockstep.streams.seqset`), not sets of int objects.
         """
         recent = self._recent.get(modality)
         if recent is None:
-            recent = self._recent[modality] = (set(), _NOTHING)
+            recent = self._recent[modality] = (SeqSet(), NO_SEQS)
         seen, before = recent
         if seq in seen or seq in before:
             return True
         seen.add(seq)
-        if len(seen) >= _DEDUP_GENERATION:
-            self._recent[modality] = (set(), seen)
+        if seen.count >= _DEDUP_GENERATION:
+            self._recent[modality] = (SeqSet(), seen)
         return False
 
     def insert(self, item: Item, m: Modality, now_us: int) -> None:

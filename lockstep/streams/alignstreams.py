@@ -84,8 +84,14 @@ class StreamTable:
         self._closed.pop(stream_id)
 
     def compact(self) -> None:
-        """Keep the remembered marks in arrays only (see :mod:`lockstep.streams.marks`)."""
+        """Keep the remembered marks in arrays only (see :mod:`lockstep.streams.marks`).
+
+        The live streams' table is rebuilt too: a dict never shrinks when entries are
+        deleted, so after a flood the few streams left would keep a table sized for
+        ``max_streams``. (Callers that hold :attr:`live` must read it again.)
+        """
         self._closed.compact()
+        self.live = OrderedDict(self.live)
 
     def _remember(self, stream_id: str, closed: Closed) -> None:
         self._closed.put(stream_id, closed)

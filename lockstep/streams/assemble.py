@@ -60,6 +60,10 @@ class WindowAssembler:
         """Drop what is cached about a stream (evicted, or no longer owned)."""
         self._classes.pop(stream_id, None)
 
+    def compact(self) -> None:
+        """Rebuild the class cache at its present size (a dict never shrinks by itself)."""
+        self._classes = dict(self._classes)
+
     def assemble(self, stream_id: str, st: Stream, plan: Plan, owned: dict[Modality, list[Item]],
                  expected: frozenset[Modality], untrusted: frozenset[Modality],
                  now_us: int) -> Window:

@@ -12,7 +12,9 @@ Pure. Two fusions from the seeds, both configurable:
 alignment error exceeds 80 ms, the audio weight alpha is halved (audio is the modality that
 drifts), and restored after 3 consecutive windows within bounds. Its per-stream state is
 bounded: at most ``max_streams`` streams (the least recently seen is forgotten first), and a
-stream silent for ``idle_ttl_us`` (measured on the ``now_us`` passed in) starts afresh.
+stream silent for ``idle_ttl_us`` (measured on the ``now_us`` passed in) starts afresh. Only
+streams whose state differs from a fresh one's (recalibrated, or in a misaligned run) are
+held.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class GateCalibrator:
             raise ValueError(f"idle_ttl_us must be positive, got {self.idle_ttl_us}")
 
     def __len__(self) -> int:
-        """Streams whose state is held."""
+        """Streams whose state is held (recalibrated, or in a misaligned run)."""
         return len(self._state)
 
     def observe(self, stream_id: str, error_us: int, now_us: int = 0) -> float:
@@ -103,7 +105,11 @@ class GateCalibrator:
             recalibrated, over = True, 0
         elif recalibrated and under >= self.run:
             recalibrated, under = False, 0
-        self._state[stream_id] = _Run(recalibrated, over, under, now_us)  # most recent last
+        # Not recalibrated and no misaligned run under way: the state is a fresh one's
+        # (``under`` counts only once recalibrated), so nothing is kept. A stream that
+        # stays aligned, or a flood of new ids, holds no state at all.
+        if recalibrated or over:
+            self._state[stream_id] = _Run(recalibrated, over, under, now_us)  # most recent last
         self._expire(now_us)
         return self.alpha / 2.0 if recalibrated else self.alpha
 

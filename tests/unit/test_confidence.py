@@ -128,7 +128,7 @@ def test_a_stream_idle_past_the_ttl_starts_afresh_and_is_swept() -> None:
     cal = GateCalibrator(alpha=0.3, idle_ttl_us=1_000_000)
     assert [cal.observe("s", 90_000, now_us=T0 + i) for i in range(3)] == [0.3, 0.3, 0.15]
     assert cal.observe("s", 90_000, now_us=T0 + 1_000_002) == 0.15  # within the TTL
-    assert cal.observe("other", 0, now_us=T0 + 2_000_003) == 0.3
+    assert cal.observe("other", 90_000, now_us=T0 + 2_000_003) == 0.3
     assert len(cal) == 1  # s, idle for longer than the TTL, was swept
     assert cal.observe("s", 90_000, now_us=T0 + 2_000_004) == 0.3  # fresh: one misaligned
 
@@ -138,3 +138,14 @@ def test_a_calibrator_needs_room_for_a_stream_and_a_positive_ttl() -> None:
         GateCalibrator(max_streams=0)
     with pytest.raises(ValueError, match="idle_ttl_us"):
         GateCalibrator(idle_ttl_us=0)
+
+
+def test_streams_that_stay_aligned_hold_no_calibration_state() -> None:
+    cal = GateCalibrator(alpha=0.3)
+    assert [cal.observe(f"new-{i}", 10_000, now_us=T0 + i) for i in range(1_000)] == [0.3] * 1_000
+    assert len(cal) == 0  # a flood of aligned new ids leaves nothing behind
+    assert [cal.observe("s", e) for e in (90_000, 10_000, 90_000, 90_000, 90_000)] == [
+        0.3, 0.3, 0.3, 0.3, 0.15]  # an aligned window still breaks a misaligned run
+    assert len(cal) == 1
+    assert [cal.observe("s", 10_000) for _ in range(3)] == [0.15, 0.15, 0.3]
+    assert len(cal) == 0  # restored: back to a fresh stream's state

@@ -192,7 +192,8 @@ def test_routing_50k_distinct_streams_keeps_the_gate_state_within_its_bound() ->
 
 def test_a_router_forgets_streams_idle_past_its_ttl() -> None:
     router = Router(RouteSettings(), SloSettings(), max_streams=10, idle_ttl_us=1_000_000)
-    window = _window(None, [_speech("turn left", 0.8)])
+    window = _window(None, [_speech("turn left", 0.8)]).model_copy(  # misaligned: held
+        update={"modalities": {Modality.AUDIO: ModalityState(present=True, skew_us=90_000)}})
     for i in range(10):
         router.route(window.model_copy(update={"stream_id": f"s-{i}"}), T0 + i)
     assert router.tracked_streams == 10
