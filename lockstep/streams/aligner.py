@@ -82,6 +82,9 @@ class Aligner:
         self.required = frozenset(Modality(m) for m in s.required)
         self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
                              for m in Modality}
+        #: How early a next capture may come against its cadence (see _passed).
+        self.early_us = {m: min(tol, int(s.early_ms * 1000))
+                         for m, tol in self.tolerance_us.items()}
         self.ttl_us = int(s.stream_ttl_ms * 1000)
         self._timebase = Timebase(s)
         fixed = self.slo_class
@@ -201,6 +204,9 @@ class Aligner:
                 out.rejected.append(Rejected(TokenKey(stream_id, m, seq), reason,
                                              self._guard.code))
                 return out
+            last = st.clocks[m].last_seq
+            if last is not None and seq < last and m not in st.reordered:
+                st.reordered = st.reordered | {m}
             learn_lag = not self._backlog(st)
             item = Item.of(self._timebase.correct(st, token, now_us, learn_lag=learn_lag),
                            token, now_us)
@@ -355,6 +361,18 @@ class Aligner:
                 return False
         return True
 
+    def _early(self, st: Stream, m: Modality) -> int:
+        """How early the next capture of ``m`` may land against its cadence (µs).
+
+        ``early_ms`` once the modality is settled and its tokens come in ``seq`` order.
+        Before it is settled its clock fit and offset estimate still move by more than
+        that; and a watermark over tokens that overtake each other says less about what is
+        still to come. Both get the wider pairing tolerance.
+        """
+        if m in st.reordered or not self._settled(st, m):
+            return self.tolerance_us[m]
+        return self.early_us[m]
+
     def _backlog(self, st: Stream) -> bool:
         """Whether ``st`` is read as a backlog (the task catching up, or a replayed stream)."""
         return self._catching_up or st.replay
@@ -401,10 +419,10 @@ class Aligner:
             return False
         if mark >= end + self.grace_us:
             return True
-        # The next capture is due one period after the last; if even early by the tolerance
+        # The next capture is due one period after the last; if even early by ``early_ms``
         # it lands past the end, this window gets no more of this modality.
         period = st.clocks[m].ready_period
-        return period is not None and mark + period - self.tolerance_us[m] >= end
+        return period is not None and mark + period - self._early(st, m) >= end
 
     def _blocked(self, st: Stream, wait: frozenset[Modality], end: int) -> frozenset[Modality]:
         """The modalities of ``wait`` but video that have not passed ``end`` (see _passed)."""
@@ -418,7 +436,7 @@ class Aligner:
                 blocked.append(m)
             elif mark < limit:
                 period = st.clocks[m].ready_period
-                if period is None or mark + period - self.tolerance_us[m] < end:
+                if period is None or mark + period - self._early(st, m) < end:
                     blocked.append(m)
         return frozenset(blocked)
 

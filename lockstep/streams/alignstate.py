@@ -148,6 +148,9 @@ class Stream:
     expect: tuple[frozenset[Modality], frozenset[Modality]] = (frozenset(), frozenset())
     expect_until: int = -1
     live: frozenset[Modality] = frozenset()
+    #: Modalities whose tokens have arrived out of ``seq`` order (one partition keeps them
+    #: in order; a producer that spreads a stream does not): see ``Aligner._early``.
+    reordered: frozenset[Modality] = frozenset()
     #: Per modality, the consecutive tokens (seq, t_us) off its clock just before now
     #: (see :class:`~lockstep.streams.clockguard.ClockGuard`).
     offclock: dict[Modality, list[tuple[int, int]]] = field(default_factory=dict)

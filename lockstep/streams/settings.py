@@ -197,6 +197,11 @@ class AlignSettings(_Section):
     #: How far a matched token may be from the anchor, by default and per modality.
     tolerance_ms: Ms = 15.0
     tolerances_ms: dict[ModalityName, Ms] = Field(default_factory=dict)
+    #: How early a dense modality's next capture may land against its fitted cadence (at
+    #: most its tolerance). A window is done with a modality once its next capture, due one
+    #: period after the last, falls past the window's end even this early; the pairing
+    #: tolerance is about how far a match may be, not about when captures come.
+    early_ms: Ms = 3.0
     #: Longest wait past a window's end (in the stream's own transport lag) before it goes
     #: out partial.
     max_wait_ms: Ms = 60.0

@@ -397,3 +397,21 @@ def test_windows_carry_the_slo_class_their_stream_declares() -> None:
     out.extend(al.poll(START + 10 * P))
     by_stream = {w.stream_id: w.slo_class for w in out.windows}
     assert by_stream == classes
+
+
+@pytest.mark.parametrize(("early_ms", "closes_by_ms"), [(3.0, 4.0), (15.0, None)])
+def test_a_settled_in_order_modality_releases_a_window_once_its_next_capture_is_due_after(
+        early_ms: float, closes_by_ms: float | None) -> None:
+    # 30 fps video and a 100 Hz sensor, each token 1 ms after capture, in order.
+    tokens: list[Token] = [video(seq=i, t_us=START + i * P) for i in range(150)]
+    tokens += [sensor(seq=k, t_us=START + 4_000 + k * 10_000) for k in range(500)]
+    out = _feed(_aligner(required=("video",), early_ms=early_ms), tokens)
+    settled = [w for w in out.windows if 60 <= w.window_seq < 140]
+    assert len(settled) == 80
+    hold_ms = max((w.timeline.aligned_us - w.t_end_us) / 1000 for w in settled)
+    if closes_by_ms is not None:
+        # The reading just before the end is due to be followed after it: no wait past it.
+        assert hold_ms <= closes_by_ms
+    else:
+        # Slack of 15 ms (more than the period): a reading 5 ms past the end is waited for.
+        assert hold_ms > 5.0
