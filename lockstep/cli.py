@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from lockstep import __version__
+from lockstep.allocator import reexec_with_system_allocator
 from lockstep.bench import bench
 from lockstep.chaos_command import chaos
 from lockstep.clikit import (
@@ -149,7 +150,10 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
     lockstep-worker-POOL), whatever else runs in the process: processes running a role
     share its group and split its partitions, so start more of them to scale a role.
     Waits for the cluster if it is not up yet. Exits 1 if a role crashes (its
-    unacknowledged records are then replayed by the next process of the group).
+    unacknowledged records are then replayed by the next process of the group). A
+    process running align first re-executes itself on glibc's allocator, so a flood of
+    stream ids' memory goes back once they are evicted (align.system_allocator; an
+    exported PYTHONMALLOC is kept).
     """
     from lockstep.runner import parse_roles, pools_in, prepare_topics, routed_pools, start_roles
     from lockstep.streams.telemetry import Telemetry
@@ -162,6 +166,8 @@ def run(ctx: click.Context, bootstrap: str | None, roles: str, pool: str | None,
         **({"app_id": group_prefix} if group_prefix else {}))
     role_list = parse_roles(roles)
     settings.kafka.require_bootstrap()
+    if "align" in role_list and settings.align.system_allocator:
+        reexec_with_system_allocator(ENTRY_ARGV)  # returns at once once re-executed
     if not pools and "route" in role_list:
         pools = routed_pools(settings)  # a whole pipeline here
 
@@ -436,6 +442,12 @@ def hoist_global_options(argv: list[str]) -> list[str]:
     return front + rest
 
 
+#: The arguments the CLI was started with from its entry point (None: invoked in-process).
+ENTRY_ARGV: list[str] | None = None
+
+
 def main() -> None:
     """Console-script entry point."""
-    cli(args=hoist_global_options(sys.argv[1:]), prog_name="lockstep")
+    global ENTRY_ARGV
+    ENTRY_ARGV = sys.argv[1:]
+    cli(args=hoist_global_options(ENTRY_ARGV), prog_name="lockstep")

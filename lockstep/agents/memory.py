@@ -35,7 +35,10 @@ class MemoryTrimmer:
 
     A smaller drop (at least a tenth of it) is trimmed too once the count has stopped
     falling for ``min_interval_s``: the tail of an eviction wave is returned as well, not
-    held until the next wave.
+    held until the next wave. After a trim for evictions, ``follow_ups`` more come
+    ``min_interval_s`` apart: what the burst left in flight (fetched records, produces
+    waiting for acknowledgement, late records) is freed after its streams are, and pages
+    freed after a trim stay with the process until the next one.
 
     Args:
         threshold: Streams gone since the last trim that justify another.
@@ -45,9 +48,11 @@ class MemoryTrimmer:
     """
 
     def __init__(self, threshold: int = 1000, min_interval_s: float = 2.0,
-                 compact: Callable[[], None] | None = None) -> None:
+                 compact: Callable[[], None] | None = None, follow_ups: int = 3) -> None:
         self.threshold = threshold
         self.min_interval_s = min_interval_s
+        self.follow_ups = follow_ups
+        self._follow_ups_left = 0
         self.compact = compact
         self._peak = 0
         self._last = float("-inf")
@@ -63,10 +68,13 @@ class MemoryTrimmer:
             self._count, self._count_since = streams, now_s
         self._peak = max(self._peak, streams)
         gone = self._peak - streams
+        follow_up = False
         if gone < self.threshold:
             settled = now_s - self._count_since >= self.min_interval_s
             if gone < max(1, self.threshold // 10) or not settled:
-                return False
+                if not self._follow_ups_left:
+                    return False
+                follow_up = True
         if now_s - self._last < self.min_interval_s:
             return False
         if self.compact is not None:
@@ -76,6 +84,10 @@ class MemoryTrimmer:
             self._trim(0)
         self._last = now_s
         self.trims += 1
-        log.info("returned memory after %d streams were evicted", gone)
+        if follow_up:
+            self._follow_ups_left -= 1
+        else:
+            self._follow_ups_left = self.follow_ups
+            log.info("returned memory after %d streams were evicted", gone)
         self._peak = streams
         return True

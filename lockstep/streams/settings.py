@@ -225,6 +225,12 @@ class AlignSettings(_Section):
     offset_min_ms: Ms = 0.0
     #: Tokens from further than this in the future (by the task's clock) are dead-lettered.
     max_future_ms: Ms = 5_000.0
+    #: A process running the align role re-executes itself on glibc's allocator in one
+    #: arena (``PYTHONMALLOC=malloc``, ``GLIBC_TUNABLES=glibc.malloc.arena_max=1``), so
+    #: the memory of a flood of stream ids goes back to the system once they are evicted
+    #: (lockstep.allocator). Ignored where ``PYTHONMALLOC`` is set or the C library is not
+    #: glibc.
+    system_allocator: bool = True
     #: Per stream: buffered tokens beyond this force the oldest window out.
     max_buffered_tokens: Annotated[int, Field(ge=16)] = 4096
     #: Sample windows down (every n-th frame anchors one) while the SLA is at risk.

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -106,3 +107,33 @@ def test_run_prints_the_metrics_url_once_and_serves_there(tansu: str) -> None:
             proc.kill()
             rest = proc.communicate()[1]
     assert "metrics on" not in rest  # printed once
+
+
+def _environ_of_running(roles: str, env: dict[str, str]) -> dict[str, str]:
+    """The environment a ``lockstep run`` process serves its metrics with."""
+    base = {k: v for k, v in clean_env(env).items()
+            if k not in ("PYTHONMALLOC", "GLIBC_TUNABLES")}
+    with subprocess.Popen(
+            [lockstep_path(), "run", "--roles", roles, "--bootstrap", "127.0.0.1:9",
+             "--metrics-port", "0"], env=base,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stderr is not None
+            line = ""
+            while "metrics on" not in line:  # serving: past any re-execution
+                line = proc.stderr.readline()
+                assert line or proc.poll() is None, "the process ended before serving metrics"
+            raw = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+            return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+def test_the_align_role_runs_on_glibc_malloc_in_one_arena_unless_told_otherwise() -> None:
+    align = _environ_of_running("align", {})
+    assert align.get("PYTHONMALLOC") == "malloc"
+    assert "glibc.malloc.arena_max=1" in align.get("GLIBC_TUNABLES", "")
+    assert "PYTHONMALLOC" not in _environ_of_running("route", {})
+    assert "PYTHONMALLOC" not in _environ_of_running(
+        "align", {"LOCKSTEP_ALIGN__SYSTEM_ALLOCATOR": "false"})
