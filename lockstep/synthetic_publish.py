@@ -21,6 +21,7 @@ from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
+from lockstep.topics.schemas import AudioToken
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +92,16 @@ async def publish_synthetic(
 
     async def send_due(now_us: int) -> None:
         for source in sources:
-            for token in source.due(min(now_us, end_us)):
+            # As a device sends them: an audio chunk once it is captured whole.
+            for token in source.due(min(now_us, end_us), whole=True):
                 key = TokenKey(token.stream_id, token.modality, token.seq)
                 value = encode(token)
                 report.count_sent(key, len(value))
+                captured = token.t_us + (token.duration_us
+                                         if isinstance(token, AudioToken) else 0)
                 await sender.send(Outgoing(catalog.MEDIA[token.modality], value,
                                            token.stream_id.encode(), token.modality.value,
-                                           key, token.t_us))
+                                           key, captured))
 
     try:
         while (elapsed := time.monotonic() - begin) < seconds:

@@ -80,8 +80,12 @@ class SyntheticStream:
             return 0
         return max(0, math.ceil((self.start_us - self.epoch_us) / self._period_us(modality)))
 
-    def due(self, now_us: int) -> list[Token]:
-        """Every token whose capture time is at or before ``now_us`` and not yet returned."""
+    def due(self, now_us: int, *, whole: bool = False) -> list[Token]:
+        """Every token whose capture time is at or before ``now_us`` and not yet returned.
+
+        ``whole``: an audio chunk only once it has been captured whole (``t_us`` +
+        ``duration_us``), as a live microphone can send it; otherwise when it starts.
+        """
         tokens: list[Token] = []
         origin = self.start_us if self.epoch_us is None else self.epoch_us
         for modality in Modality:
@@ -91,7 +95,8 @@ class SyntheticStream:
             i = self._next_index.get(modality)
             if i is None:
                 i = self.first_seq(modality)
-            while origin + int(i * period) <= now_us:
+            lead = int(period) if whole and modality is Modality.AUDIO else 0
+            while origin + int(i * period) + lead <= now_us:
                 tokens.append(self._make(modality, i, origin + int(i * period)))
                 i += 1
             self._next_index[modality] = i

@@ -113,10 +113,10 @@ async def _kill_once_tokens_arrive(broker: RestartableKafka) -> None:
 
 
 def _synthetic_tokens(streams: int, seconds: float) -> Counter[str]:
-    """Tokens per modality that ``streams`` synthetic streams capture in ``seconds``."""
+    """Tokens per modality that ``streams`` synthetic streams capture whole in ``seconds``."""
     start_us = 1_800_000_000_000_000
     tokens = SyntheticStream("x", start_us, SyntheticConfig()).due(
-        start_us + round(seconds * 1e6))
+        start_us + round(seconds * 1e6), whole=True)
     return Counter({m: streams * n for m, n in Counter(t.modality.value for t in tokens).items()})
 
 

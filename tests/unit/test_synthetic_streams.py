@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lockstep.errors import ConfigError
+from lockstep.streams.aligner import Aligner
+from lockstep.streams.settings import AlignSettings
 from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
 from lockstep.synthetic_command import synthetic_config, synthetic_ids
 from lockstep.topics.codec import decode, encode
@@ -114,3 +116,19 @@ def test_a_raw_frame_larger_than_a_record_is_refused_with_the_way_out() -> None:
         _config(width=3840, height=2160, video_format="rgb24")
     assert _config(width=3840, height=2160, video_format="jpeg").width == 3840
     assert _config(width=3840, height=2160, video_format="rgb24", video=False).width == 3840
+
+
+@pytest.mark.parametrize(("whole", "offset_ms"), [(True, 0.0), (False, 20.0)])
+def test_audio_sent_once_captured_whole_leaves_no_clock_offset_to_estimate(
+        whole: bool, offset_ms: float) -> None:
+    stream = SyntheticStream("cam", T0, SyntheticConfig())
+    aligner = Aligner(AlignSettings(), "cabin")
+    for now in range(T0, T0 + 3_000_000, 1_000):  # polled every ms, delivered 1 ms later
+        for token in stream.due(now, whole=whole):
+            assert not whole or token.modality is not Modality.AUDIO or (
+                token.t_us + token.duration_us <= now)  # type: ignore[attr-defined]
+            aligner.add(token, now + 1_000)
+    # The estimator measures audio's lag from a chunk's end: a chunk sent when it starts
+    # looks like an audio clock a chunk ahead of video, and its pairing is moved by that.
+    estimated = aligner.streams()["cam"].offsets[Modality.AUDIO] / 1000
+    assert estimated == pytest.approx(offset_ms, abs=1.5)
