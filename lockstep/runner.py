@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 
 from lockstep.agents.align import AlignAgent
 from lockstep.agents.lag import LagExporter
+from lockstep.agents.memory import freeze_startup_heap
 from lockstep.agents.outbox import Outbox
 from lockstep.agents.route import RouteAgent
 from lockstep.agents.slo import SloListener, SloTask
@@ -213,7 +214,9 @@ async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telem
     consumed = {c.group: c.topics for c in running.consumers}
     running.lag = LagExporter(kafka, telemetry, consumed)
     running.lag.start()
-    log.info("roles started", extra={"roles": ",".join(roles), "groups": ",".join(consumed)})
+    frozen = freeze_startup_heap()
+    log.info("roles started", extra={"roles": ",".join(roles), "groups": ",".join(consumed),
+                                     "frozen_objects": frozen})
     return running
 
 

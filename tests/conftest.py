@@ -42,7 +42,10 @@ def _collect_garbage() -> Iterator[None]:
 
     Faust's consumer thread leaves finished tasks for the garbage collector; collected at an
     arbitrary later point (inside CPython's parser, say) their finalizers have been seen to
-    break the test that happened to run then.
+    break the test that happened to run then. A test that started roles froze the heap
+    (:func:`lockstep.agents.memory.freeze_startup_heap`): thawed first, so that what it
+    left is collected too and the next test starts with nothing frozen.
     """
     yield
+    gc.unfreeze()
     gc.collect()

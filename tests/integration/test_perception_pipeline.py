@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from lockstep.ledger import SeenResponse
 from lockstep.media.captioned import Caption, CaptionedClip, Speech, write_captioned
 from lockstep.observer import Observer
 from lockstep.runner import prepare_topics, start_roles
@@ -31,7 +32,7 @@ from lockstep.streams.settings import Settings, load_settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode
-from lockstep.topics.schemas import Modality, OcrToken, Response, VideoToken, Window
+from lockstep.topics.schemas import Modality, OcrToken, VideoToken, Window
 from tests.clirun import lockstep as _cli
 
 pytestmark = pytest.mark.integration
@@ -90,7 +91,7 @@ async def _records(settings: Settings, topics: list[tuple[str, int]],
 
 
 async def _settled(observer: Observer, prefix: str, quiet_s: float = 4.0,
-                   limit_s: float = 90.0) -> dict[str, dict[int, Response]]:
+                   limit_s: float = 90.0) -> dict[str, dict[int, SeenResponse]]:
     """The responses per stream once every window is answered and none came for a while."""
     ledger, began, last, count = observer.ledger, time.monotonic(), time.monotonic(), -1
     while time.monotonic() - began < limit_s:
@@ -99,7 +100,7 @@ async def _settled(observer: Observer, prefix: str, quiet_s: float = 4.0,
             count, last = len(ledger.responses), time.monotonic()
         elif not ledger.unanswered() and time.monotonic() - last > quiet_s:
             break
-    by_stream: dict[str, dict[int, Response]] = {}
+    by_stream: dict[str, dict[int, SeenResponse]] = {}
     for (sid, seq), response in ledger.responses.items():
         if sid.startswith(prefix):
             by_stream.setdefault(sid, {})[seq] = response

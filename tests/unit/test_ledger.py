@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
-from lockstep.ledger import Ledger
+from lockstep.ledger import Ledger, TokenSet
 from lockstep.records import Read, describe
 from lockstep.streams.aligner import TokenKey
 from lockstep.topics.codec import encode
-from lockstep.topics.schemas import LateToken, Modality, ReasonCode
-from tests.factories import T0
+from lockstep.topics.schemas import LateToken, Modality, ReasonCode, Response, Timeline
+from tests.factories import T0, request
 
 pytestmark = pytest.mark.unit
 
@@ -51,3 +53,48 @@ def test_inspect_names_a_stale_run_by_its_first_token_and_how_many_more() -> Non
                      reason="stale: 3 tokens, the first read 150 ms after capture")
     line = describe(Read("late", 0, 7, 0, b"s", late, None))
     assert line.startswith("s video seq 42 (+2 more) late [stale]: stale: 3 tokens")
+
+
+def _window_bytes(seq: int) -> bytes:
+    members = {Modality.VIDEO: [seq], Modality.AUDIO: [2 * seq, 2 * seq + 1]}
+    return encode(request(seq, members=members).window)
+
+
+def _response_bytes(seq: int) -> bytes:
+    return encode(Response(stream_id="s", window_seq=seq, route="full", pool="vl",
+                           engine="reference", slo_class="cabin", output="ok", scores={},
+                           missing=[], deadline_us=T0 + 120_000,
+                           timeline=Timeline(capture_us=T0, responded_us=T0 + 50_000)))
+
+
+def test_what_the_ledger_keeps_of_a_run_is_not_walked_by_the_cyclic_collector() -> None:
+    # The demo's ledger lives beside the roles: an object per token or a model per response
+    # made every full collection walk the whole run, stalling the event loop.
+    ledger = Ledger()
+    tracked = []
+    for first in (1, 201):  # the first round also builds what is made once
+        for seq in range(first, first + 200):
+            ledger.add(_window_bytes(seq))
+            ledger.add(_response_bytes(seq))
+        gc.collect()
+        tracked.append(len(gc.get_objects()))
+    assert tracked[1] - tracked[0] < 50  # not 200 windows' and responses' worth
+    assert len(ledger.windows) == len(ledger.responses) == 400
+    assert len(ledger.in_windows) == 1200
+    assert TokenKey("s", Modality.AUDIO, 801) in ledger.in_windows
+    assert TokenKey("s", Modality.AUDIO, 802) not in ledger.in_windows
+    assert ledger.responses[("s", 7)].status == "ok"
+    assert ledger.responses[("s", 7)].timeline.responded_us == T0 + 50_000
+
+
+def test_a_token_set_is_a_set_of_token_keys() -> None:
+    keys = {TokenKey("a", Modality.VIDEO, 1), TokenKey("a", Modality.AUDIO, 2),
+            TokenKey("b", Modality.VIDEO, 1)}
+    tokens = TokenSet(keys)
+    tokens.add(TokenKey("a", Modality.VIDEO, 1))
+    assert len(tokens) == 3 and tokens == keys and keys == tokens
+    published = keys | {TokenKey("b", Modality.VIDEO, 2)}
+    assert published - tokens == {TokenKey("b", Modality.VIDEO, 2)}
+    assert (published & tokens) == (tokens & published) == keys
+    assert ("a", Modality.VIDEO, 1) not in tokens  # only token keys are members
+    assert tokens.has("b", Modality.VIDEO, 1) and not tokens.has("b", Modality.AUDIO, 1)

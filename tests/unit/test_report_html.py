@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from lockstep.htmlreport import RunDetail, latency_svg, render_html, run_of, write_report
-from lockstep.ledger import Ledger, SeenWindow
+from lockstep.ledger import Ledger, SeenResponse, SeenWindow
 from lockstep.metrics_view import parse, summarize
 from lockstep.streams.alignstate import TokenKey
 from lockstep.streams.settings import SloSettings
@@ -142,9 +142,10 @@ def test_per_stream_figures_and_dead_letter_reasons_come_from_an_observer_ledger
     ledger = Ledger()
     for seq in range(10):
         ledger.windows[("cam0", seq)] = SeenWindow("cam0", seq, 0, 1, 0, (), b"")
-        ledger.responses[("cam0", seq)] = _response("cam0", seq, 40.0 if seq < 9 else 300.0)
+        e2e_ms = 40.0 if seq < 9 else 300.0
+        ledger.responses[("cam0", seq)] = SeenResponse.of(_response("cam0", seq, e2e_ms))
     ledger.windows[("cam1", 0)] = SeenWindow("cam1", 0, 0, 1, 0, (), b"")
-    ledger.responses[("cam1", 0)] = _response("cam1", 0, 0.0, "expired")
+    ledger.responses[("cam1", 0)] = SeenResponse.of(_response("cam1", 0, 0.0, "expired"))
     ledger.late.add(TokenKey("cam1", Modality.AUDIO, 3))
     ledger.dead_letters.append(DeadLetter(
         stage="align", topic="media.video", partition=0, offset=7, reason="t_us in the future",
