@@ -13,8 +13,9 @@ policy against a real engine, and the bench drives the three below on the same t
 - Dispatch when the batch is full, when the most urgent request's slack falls below the
   engine's expected latency for a batch one larger than now (P95, from
   :class:`~lockstep.engines.latency.LatencyModel`) plus a margin, when the oldest request has
-  waited ``max_queue_delay_us``, or at once when the engine is free and, at the recent
-  arrival rate, not even one more request is expected before the batch would be due, or
+  waited ``max_queue_delay_us``, or at once when the engine is free and, at the arrival
+  rate of about the last second, not even one more request is expected before the batch
+  would be due, or
   the engine serving batches of the queued size would be busy at most half the time
   (batching saves engine time only where it is short).
 - Batch formation: among the candidates "the first n requests that finish in time in a
@@ -203,8 +204,9 @@ class DeadlineScheduler(_Queue[H]):
     """Lockstep's policy: EDF with priority lead, latency-model dispatch, degrade, shed."""
 
     name = "lockstep"
-    #: Weight of the newest inter-arrival gap in the arrival-rate estimate.
-    RATE_ALPHA = 0.1
+    #: Time constant of the arrival-rate estimate, µs: arrivals count with weight
+    #: ``exp(-age / RATE_HORIZON_US)``.
+    RATE_HORIZON_US = 1_000_000
     #: Arrivals seen before the rate is trusted.
     MIN_GAPS = 8
     #: Engine busy share below which a free engine serves what is queued at once.
@@ -212,19 +214,26 @@ class DeadlineScheduler(_Queue[H]):
 
     def __init__(self, config: SchedulerConfig, latency: LatencyModel | None = None) -> None:
         super().__init__(config, latency)
-        self._gap_us = 0.0  # mean inter-arrival (EWMA); unknown rate: assume company comes
+        # Arrivals counted with a weight decaying over RATE_HORIZON_US (their weight at the
+        # last arrival): a rate over time, not an average of gaps. Requests come in bursts
+        # (a consumer's fetch admits tens at once, then nothing until the next fetch), so
+        # an average over the last few gaps mostly saw the burst's microseconds and took a
+        # load the engine kept up with for one worth waiting for company.
+        self._weight = 0.0
+        self._first_arrival_us: int | None = None
         self._last_arrival_us: int | None = None
         self._gaps = 0
 
     def admit(self, handle: H, request: Request, now_us: int) -> None:
         """Queue a request in virtual-deadline order."""
-        if self._last_arrival_us is not None:
-            gap = max(0, now_us - self._last_arrival_us)
+        last = self._last_arrival_us
+        if last is None:
+            self._first_arrival_us = now_us
+        else:
             self._gaps += 1
-            # The first gaps set the estimate; then it moves by RATE_ALPHA per arrival.
-            alpha = max(self.RATE_ALPHA, 1.0 / self._gaps)
-            self._gap_us += alpha * (gap - self._gap_us)
-        self._last_arrival_us = now_us
+            self._weight *= math.exp(-max(0, now_us - last) / self.RATE_HORIZON_US)
+        self._weight += 1.0
+        self._last_arrival_us = max(now_us, last or now_us)
         lead = int(request.priority * self.config.priority_lead_us)
         order = (request.deadline_us - lead, -request.priority, next(self._arrivals))
         bisect.insort(self._queue, self._pending(handle, request, now_us, order),
@@ -245,12 +254,12 @@ class DeadlineScheduler(_Queue[H]):
         oldest = min(p.arrived_us for p in queue)
         grow = self.latency.expected_us(min(n + 1, cfg.max_batch)) + cfg.margin_us
         due = min(head_deadline - grow, oldest + cfg.max_queue_delay_us)
-        if n < cfg.max_batch and now_us < due and not self._go_now(n, due - now_us):
+        if n < cfg.max_batch and now_us < due and not self._go_now(n, due - now_us, now_us):
             return Decision(None, expired, due if wake is None else min(due, wake))
         batch = self._form(now_us)
         return Decision(batch, expired, None)
 
-    def _go_now(self, n: int, slack_us: int) -> bool:
+    def _go_now(self, n: int, slack_us: int, now_us: int) -> bool:
         """Whether waiting for company cannot pay, with the engine free and ``n`` queued.
 
         It cannot when fewer than one arrival is expected before the batch is due, and it
@@ -261,9 +270,24 @@ class DeadlineScheduler(_Queue[H]):
         """
         if self._gaps < self.MIN_GAPS:
             return False  # unknown rate: assume company comes
-        if slack_us < self._gap_us:
+        gap_us = self.mean_gap_us(now_us)
+        if slack_us < gap_us:
             return True
-        return self.latency.expected_us(n) <= self.LIGHT_LOAD * n * self._gap_us
+        return self.latency.expected_us(n) <= self.LIGHT_LOAD * n * gap_us
+
+    def mean_gap_us(self, now_us: int) -> float:
+        """The mean time between arrivals over about the last :attr:`RATE_HORIZON_US`.
+
+        The decayed arrival count over the time it covers (the horizon, or the time since
+        the first arrival while that is shorter); infinite before any arrival.
+        """
+        first, last = self._first_arrival_us, self._last_arrival_us
+        if first is None or last is None:
+            return math.inf
+        tau = self.RATE_HORIZON_US
+        weight = self._weight * math.exp(-max(0, now_us - last) / tau)
+        covered = tau * -math.expm1(-max(1, now_us - first) / tau)
+        return covered / weight
 
     def _alone_us(self) -> int:
         """The fastest a request can still be served: alone, at the most degraded level."""

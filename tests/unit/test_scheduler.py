@@ -278,3 +278,24 @@ def test_goes_at_once_when_the_engine_keeps_up_without_batching() -> None:
     # 11 ms alone: serving singles would overrun the engine, so company is worth waiting for.
     costly = arrivals(DeadlineScheduler(cfg, _model(fixed_ms=10, per_item_ms=1)))
     assert costly.poll(T0 + 45 * MS, free_slots=1).batch is None
+
+
+def test_reads_the_arrival_rate_over_time_when_requests_come_in_bursts() -> None:
+    # A consumer's fetch admits a burst at once, then nothing until the next fetch: 30
+    # requests every 60 ms, served in 6 ms as one batch (the engine idle 90 % of the time).
+    cfg = SchedulerConfig(max_batch=64, max_queue=256, max_queue_delay_us=10 * MS,
+                          margin_us=1 * MS, priority_lead_us=0)
+    s = DeadlineScheduler(cfg, _model(fixed_ms=3, per_item_ms=0.1))
+    for burst in range(4):
+        at = T0 + burst * 60 * MS
+        for i in range(30):
+            s.admit(burst * 30 + i, request(burst * 30 + i, deadline_us=at + 500 * MS), at)
+        batch = s.poll(at, free_slots=1).batch
+        if burst:  # the first bursts tell the rate
+            # Waiting for company that comes 60 ms later only adds latency.
+            assert batch is not None and len(batch.items) == 30, burst
+        else:
+            while batch is not None:
+                batch = s.poll(at, free_slots=1).batch
+            assert s.poll(at + 11 * MS, free_slots=1).batch is not None
+    assert 1_900 <= s.mean_gap_us(T0 + 240 * MS) <= 2_100  # 2 ms: 30 per 60 ms
