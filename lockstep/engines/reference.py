@@ -34,8 +34,22 @@ class ReferenceEngine(Engine):
         return Capabilities(max_batch=self._max_batch)
 
     async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
-        # The work is a few FFTs and means per window; a thread keeps the loop responsive.
-        return await asyncio.to_thread(lambda: [describe(i.request.window) for i in batch])
+        # The work is a few FFTs and means per window, a fraction of a millisecond each, and
+        # holds the GIL throughout: in a thread it would take turns with the event loop
+        # (every role's reads and produces) at each switch interval, slowing both. On the
+        # loop, a few windows at a time, the other tasks run between the chunks. Demo at 30
+        # streams, two interleaved runs each: 91.0 and 66.8 % within budget in a thread,
+        # 95.5 and 96.7 % on the loop.
+        results: list[ItemResult] = []
+        for start in range(0, len(batch), _CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            results += [describe(i.request.window) for i in batch[start:start + _CHUNK]]
+        return results
+
+
+#: Windows described between two turns of the event loop (about 2 ms of work).
+_CHUNK = 8
 
 
 def describe(window: Window) -> InferenceResult:

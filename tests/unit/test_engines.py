@@ -1,9 +1,11 @@
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 
 import pytest
 
+from lockstep.engines import reference
 from lockstep.engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
 from lockstep.engines.dispatcher import Dispatcher, Outcome
 from lockstep.engines.latency import LatencyModel, LatencyPrior
@@ -14,7 +16,7 @@ from lockstep.engines.worker import build_response
 from lockstep.errors import EngineError, EngineTimeout
 from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
 from lockstep.streams.telemetry import Telemetry
-from lockstep.topics.schemas import Modality, Request
+from lockstep.topics.schemas import Modality, Request, Window
 from tests.factories import T0, audio, ocr, request, sensor, video
 
 pytestmark = pytest.mark.unit
@@ -77,6 +79,36 @@ async def test_engine_reports_per_item_timings_and_infer_metrics() -> None:
         results = await engine.infer(as_items([request(1, video=video()), request(2)]))
     assert all(isinstance(r, InferenceResult) and r.infer_s > 0 for r in results)
     assert telemetry.stage_stats()["infer"].count == 2
+
+
+async def test_reference_engine_describes_on_the_loop_letting_other_tasks_run_between_chunks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its work holds the GIL: in a thread it would take turns with the event loop instead.
+    threads: list[int] = []
+    turns: list[int] = []
+
+    def recording(window: Window) -> InferenceResult:
+        threads.append(threading.get_ident())
+        turns.append(ticks)
+        return describe(window)
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(reference, "describe", recording)
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    async with ReferenceEngine() as engine:
+        results = await engine.infer(as_items([request(i, video=video()) for i in range(20)]))
+    ticking.cancel()
+    assert all(isinstance(r, InferenceResult) for r in results)
+    assert set(threads) == {threading.get_ident()}
+    assert len(set(turns)) >= 3  # the loop turned between chunks of the batch
 
 
 async def test_engine_timeout_is_retriable() -> None:
