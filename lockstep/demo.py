@@ -123,12 +123,13 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
                     if options.html_report is not None else None)
         # The streams' producer runs in a process of its own, as cameras and microphones
         # would: its work and its pauses are not the pipeline's.
-        published = await publish_elsewhere(
+        published, publish_latencies = await publish_elsewhere(
             settings.kafka, stream_ids, options.seconds, telemetry,
             configs=scenario_configs(options.scenario, stream_ids),
             inject_bad=options.inject_bad)
         progress("waiting for the last windows and responses")
         drained = await drain(observer, published, options.drain_s)
+        telemetry.stages("publish", publish_latencies)
         if sampling is not None:
             sampling.cancel()
             await asyncio.gather(sampling, return_exceptions=True)
@@ -166,17 +167,27 @@ def _scrape(telemetry: Telemetry, scrapes: list[TimedScrape]) -> None:
 async def publish_elsewhere(kafka: KafkaSettings, stream_ids: list[str], seconds: float,
                             telemetry: Telemetry, *,
                             configs: Mapping[str, SyntheticConfig] | None = None,
-                            inject_bad: int = 0) -> PublishReport:
-    """:func:`publish_synthetic` in a child process; its ``publish`` latencies land here."""
-    loop = asyncio.get_running_loop()
-    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
-        report, samples = await loop.run_in_executor(
-            pool, _publish_child, kafka, stream_ids, seconds, dict(configs or {}), inject_bad)
-    for value in samples:
-        telemetry.stage("publish", value)
+                            inject_bad: int = 0) -> tuple[PublishReport, list[float]]:
+    """:func:`publish_synthetic` in a child process: its report and ``publish`` latencies.
+
+    The latencies (one per token) are the caller's to record (``telemetry.stages``) once
+    the roles are done: recording tens of thousands of them holds the event loop the roles
+    share. For the same reason the pool is started and joined in a thread: the spawn and
+    the child's exit block their caller, and joining the child on the loop held every role
+    still for the ~0.3 s the interpreter takes to exit, while the run's last windows were
+    being made (their responses came late or were shed as stale).
+    """
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+    try:
+        future = await asyncio.to_thread(
+            pool.submit, _publish_child, kafka, stream_ids, seconds, dict(configs or {}),
+            inject_bad)
+        report, samples = await asyncio.wrap_future(future)
+    finally:
+        await asyncio.to_thread(pool.shutdown, wait=True)
     for modality, count in report.by_modality.items():
         telemetry.token(modality, "published", count)
-    return report
+    return report, samples
 
 
 class _Recorder(Telemetry):
