@@ -23,7 +23,7 @@ def _plan(quick: bool, bootstrap: str | None, soak: float) -> list[tuple[str, li
     step = ["--step-seconds", "10"] if quick else []
     pipeline = ["pipeline", *kafka, *step, "--overload"]
     if quick:
-        pipeline += ["--raw-records", "20000"]
+        pipeline += ["--raw-records", "20000", "--warmup-seconds", "5"]
     if soak:
         pipeline += ["--soak", f"{soak:g}"]
     return [

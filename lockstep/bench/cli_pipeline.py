@@ -25,6 +25,9 @@ def _config(ctx: click.Context) -> Path | None:
               type=click.FloatRange(2, 3600), help="How long each ramp step holds its streams.")
 @click.option("--start-streams", default=1, show_default=True, type=click.IntRange(1, 1024),
               help="Streams of the first step (then doubled until a step fails, then bisected).")
+@click.option("--warmup-seconds", default=15.0, show_default=True,
+              type=click.FloatRange(0, 3600),
+              help="Run --start-streams this long before the ramp, unmeasured (0: skip).")
 @click.option("--max-streams", default=64, show_default=True, type=click.IntRange(1, 1024),
               help="The ramp stops here.")
 @click.option("--target", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0),
@@ -47,9 +50,10 @@ def _config(ctx: click.Context) -> Path | None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step_seconds: float,
-                     start_streams: int, max_streams: int, target: float, overload: bool,
-                     overload_seconds: float, soak_seconds: float, confirm: int,
-                     raw_records: int, raw_repeats: int, as_json: bool) -> None:
+                     start_streams: int, warmup_seconds: float, max_streams: int,
+                     target: float, overload: bool, overload_seconds: float,
+                     soak_seconds: float, confirm: int, raw_records: int, raw_repeats: int,
+                     as_json: bool) -> None:
     """Find the most streams the pipeline holds at the SLO, and what each role costs.
 
     Starts one process per role (align, route, one worker per pool; reference engine) on
@@ -67,6 +71,7 @@ def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
     options = PipelineOptions(step_seconds=step_seconds, start_streams=start_streams,
+                              warmup_seconds=warmup_seconds,
                               max_streams=max_streams, target=target, overload=overload,
                               overload_seconds=overload_seconds,
                               recover_seconds=overload_seconds, soak_seconds=soak_seconds,

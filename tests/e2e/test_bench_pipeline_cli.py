@@ -21,8 +21,9 @@ ROLES = {"align", "route", "worker:vl", "worker:text"}
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
     result = lockstep("bench", "pipeline", "--json", "--step-seconds", "3", "--max-streams",
-                      "2", "--confirm", "1", "--raw-records", "3000", "--raw-repeats", "2",
-                      "--overload", "--overload-seconds", "3", "--soak", "8", timeout=600)
+                      "2", "--warmup-seconds", "3", "--confirm", "1", "--raw-records", "3000",
+                      "--raw-repeats", "2", "--overload", "--overload-seconds", "3", "--soak",
+                      "8", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     parsed: dict[str, Any] = json.loads(result.stdout)
     return parsed
@@ -32,6 +33,10 @@ def test_pipeline_bench_runs_one_process_per_role_on_the_embedded_broker(
         report: dict[str, Any]) -> None:
     assert set(report["roles"]) == ROLES and report["broker"] == "embedded tansu"
     assert report["warmup_s"] > 0
+    # The unmeasured warm-up at the first step's count ran, and is not one of the steps.
+    warm = report["warmup_load"]
+    assert warm["streams"] == 1 and warm["seconds"] == 3
+    assert warm["attainment"] is None or 0.0 <= warm["attainment"] <= 1.0
     assert {"cores", "load_before", "steal_share"} <= set(report["machine"])
 
 

@@ -187,6 +187,16 @@ def test_pipeline_text_names_capacity_stages_limit_overload_and_soak() -> None:
         assert part in text, part
 
 
+def test_pipeline_text_names_the_unmeasured_warm_up_at_load() -> None:
+    report = _pipeline_report()
+    assert "unmeasured" not in render_pipeline(report)  # an older report: none ran
+    report["warmup_load"] = {"streams": 4, "seconds": 15.0, "attainment": 0.9712,
+                             "e2e_p99_ms": 140.0}
+    assert "then 4 streams for 15 s unmeasured (97.1 %)" in render_pipeline(report)
+    report["warmup_load"]["attainment"] = None
+    assert "unmeasured (nothing answered)" in render_pipeline(report)
+
+
 def test_pipeline_text_says_so_when_not_even_one_stream_held() -> None:
     report = _pipeline_report()
     report["capacity_streams"] = 0

@@ -36,8 +36,8 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
         f"SLO attainment >= {opts['target'] * 100:g} % (shed counts as missed) and "
         f">= {opts['min_coverage'] * 100:g} % of frames answered",
         f"machine: {machine_line(report['machine'])}",
-        f"warm-up {report['warmup_s']:g} s; idle CPU ms/s: "
-        f"{_cpu_line(report['idle_cpu_ms_per_s'])}",
+        f"warm-up {report['warmup_s']:g} s{_warm_load_line(report.get('warmup_load'))}; "
+        f"idle CPU ms/s: {_cpu_line(report['idle_cpu_ms_per_s'])}",
         "",
     ]
     lines += table(["streams", "tokens/s", "attainment", "e2e p99", "answered", "held"],
@@ -104,3 +104,12 @@ def render_demo_shape(report: Mapping[str, Any], *, markdown: bool = False) -> s
                   f"{value(report.get('marginal_cpu_ms_per_token'), 'f')} ms per token (the "
                   "slope over the steps, start-up left out)"]
     return "\n".join(lines)
+
+
+def _warm_load_line(warm: dict[str, Any] | None) -> str:
+    if not warm:
+        return ""
+    attainment = warm["attainment"]
+    held = "nothing answered" if attainment is None else f"{attainment * 100:.1f} %"
+    return (f", then {warm['streams']} streams for {warm['seconds']:g} s unmeasured "
+            f"({held})")

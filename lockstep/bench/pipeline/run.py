@@ -3,9 +3,11 @@
 1. The cluster starts (:mod:`.cluster`); the roles' idle CPU is measured for a few
    seconds; one stream warms the pipeline up until its first responses arrive.
 2. The raw pass-through (:mod:`.passthrough`), the first of ``passthrough_repeats``;
-   then steps of ``step_seconds`` at stream counts chosen by :mod:`.ramp` until the
-   capacity is known (the most streams held at the SLO target, confirmed ``confirm``
-   times), and the second pass-through.
+   ``start_streams`` for ``warmup_seconds``, not measured (a broker's JIT, the roles'
+   caches and the producers' connections warm up at load, not with one stream); then
+   steps of ``step_seconds`` at stream counts chosen by :mod:`.ramp` until the capacity
+   is known (the most streams held at the SLO target, confirmed ``confirm`` times), and
+   the second pass-through.
 3. A step at half capacity: the per-stage P50/P99 and the CPU per token the docs quote.
 4. ``--overload``: twice the capacity for ``overload_seconds`` (half of it keeps going for
    ``recover_seconds`` more), the metrics scraped every second: attainment during the
@@ -57,6 +59,8 @@ class PipelineOptions:
     streams_per_producer: int = 16
     drain_s: float = 15.0
     warmup_timeout_s: float = 90.0
+    #: ``start_streams`` run this long before the ramp, unmeasured (0: no such warm-up).
+    warmup_seconds: float = 15.0
     idle_seconds: float = 3.0
 
 
@@ -74,6 +78,7 @@ async def run_pipeline_bench(settings: Settings, options: PipelineOptions,
             out["idle_cpu_ms_per_s"] = await _idle_cpu(cluster, options.idle_seconds)
             out["warmup_s"] = await _warm_up(cluster, options)
             raw = [await _passthrough(cluster, options, 0)]
+            out["warmup_load"] = await _warm_load(cluster, options)
             steps = await _ramp(cluster, options)
             capacity = ramp.capacity(ramp.aggregate([s for s, _ in steps]))
             out["steps"] = [r for _, r in steps]
@@ -163,6 +168,24 @@ async def _warm_up(cluster: Cluster, options: PipelineOptions) -> float:
             return round(loop.time() - begin, 1)
     raise BrokerError(f"the pipeline answered nothing within {options.warmup_timeout_s:.0f} s "
                       "of warm-up (did the roles' consumer groups get partitions?)")
+
+
+async def _warm_load(cluster: Cluster, options: PipelineOptions) -> dict[str, Any] | None:
+    """``start_streams`` for ``warmup_seconds`` before the first measured step.
+
+    One stream answering shows the groups have joined, not that the path is warm: on
+    Apache Kafka the first step at load, straight after, failed now and then while the
+    broker's JVM was still compiling its hot paths, and set the capacity below a count
+    that held in every later run. The step's outcome is reported, never counted.
+    """
+    if options.warmup_seconds <= 0:
+        return None
+    report, _ = await run_load(cluster, [_load(options, options.start_streams,
+                                               options.warmup_seconds, "warmload")],
+                               drain_s=options.drain_s)
+    span = report["span"]
+    return {"streams": options.start_streams, "seconds": options.warmup_seconds,
+            "attainment": span["attainment"], "e2e_p99_ms": span["e2e_p99_ms"]}
 
 
 async def _ramp(cluster: Cluster, options: PipelineOptions
