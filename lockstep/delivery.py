@@ -15,13 +15,14 @@ aligner places tokens by capture time, and what arrives past a window's deadline
 
 from __future__ import annotations
 
+import array
 import asyncio
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any
 
@@ -105,6 +106,22 @@ class PublishReport:
     seqs: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     bytes_sent: int = 0
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its keys as arrays of seqs per (stream, modality).
+
+        A report crosses processes (the demo's publisher runs in a child). As a set of
+        key objects, tens of thousands of them took ~0.15 s to unpickle in one call that
+        holds the interpreter: every coroutine of the receiving process stood still
+        meanwhile. Rebuilt from arrays, the keys are made by Python code, which yields.
+        """
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        grouped: dict[tuple[str, str], array.array[int]] = {}
+        for key in self.keys:
+            grouped.setdefault((key.stream_id, key.modality.value), array.array("q")).append(
+                key.seq)
+        state["keys"] = {group: seqs.tobytes() for group, seqs in grouped.items()}
+        return (_unpickle_report, (state,))
+
     def count_sent(self, key: TokenKey, size: int) -> None:
         """One token of ``size`` bytes handed to the producer (once, however often re-sent)."""
         modality = key.modality.value
@@ -138,6 +155,16 @@ class PublishReport:
         """Keep ``reason`` among the first distinct errors."""
         if len(self.errors) < MAX_ERRORS and reason not in self.errors:
             self.errors.append(reason)
+
+
+def _unpickle_report(state: dict[str, Any]) -> PublishReport:
+    keys: set[TokenKey] = set()
+    for (stream_id, modality_value), raw in state["keys"].items():
+        modality = Modality(modality_value)
+        seqs = array.array("q")
+        seqs.frombytes(raw)
+        keys.update([TokenKey(stream_id, modality, seq) for seq in seqs])
+    return PublishReport(**{**state, "keys": keys})
 
 
 class OutageLog:

@@ -8,13 +8,14 @@ window has a response, or until the drain timeout.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import multiprocessing as mp
 import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,22 +168,21 @@ def _scrape(telemetry: Telemetry, scrapes: list[TimedScrape]) -> None:
 async def publish_elsewhere(kafka: KafkaSettings, stream_ids: list[str], seconds: float,
                             telemetry: Telemetry, *,
                             configs: Mapping[str, SyntheticConfig] | None = None,
-                            inject_bad: int = 0) -> tuple[PublishReport, list[float]]:
+                            inject_bad: int = 0) -> tuple[PublishReport, Sequence[float]]:
     """:func:`publish_synthetic` in a child process: its report and ``publish`` latencies.
 
     The latencies (one per token) are the caller's to record (``telemetry.stages``) once
     the roles are done: recording tens of thousands of them holds the event loop the roles
-    share. For the same reason the pool is started and joined in a thread: the spawn and
-    the child's exit block their caller, and joining the child on the loop held every role
-    still for the ~0.3 s the interpreter takes to exit, while the run's last windows were
-    being made (their responses came late or were shed as stale).
+    share. For the same reason the child is joined in a thread: joining it on the loop held
+    every role still for the ~0.3 s its interpreter takes to exit, while the run's last
+    windows were being made (their responses came late or were shed as stale). The report
+    comes back packed (:meth:`PublishReport.__reduce__`) and the latencies as an array, so
+    that unpickling them does not hold the interpreter either.
     """
     pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
     try:
-        future = await asyncio.to_thread(
-            pool.submit, _publish_child, kafka, stream_ids, seconds, dict(configs or {}),
-            inject_bad)
-        report, samples = await asyncio.wrap_future(future)
+        report, samples = await asyncio.get_running_loop().run_in_executor(
+            pool, _publish_child, kafka, stream_ids, seconds, dict(configs or {}), inject_bad)
     finally:
         await asyncio.to_thread(pool.shutdown, wait=True)
     for modality, count in report.by_modality.items():
@@ -205,25 +205,35 @@ class _Recorder(Telemetry):
 
 def _publish_child(kafka: KafkaSettings, stream_ids: list[str], seconds: float,
                    configs: dict[str, SyntheticConfig],
-                   inject_bad: int) -> tuple[PublishReport, list[float]]:
+                   inject_bad: int) -> tuple[PublishReport, array.array[float]]:
     install_uvloop()
     recorder = _Recorder()
     report = asyncio.run(publish_synthetic(kafka, stream_ids, seconds, recorder,
                                            configs=configs, inject_bad=inject_bad))
-    return report, recorder.samples
+    return report, array.array("d", recorder.samples)  # unpickled in one cheap call
 
 
 async def drain(observer: Observer, published: PublishReport, timeout_s: float) -> bool:
     """Wait until the ledger closes: every token settled, every window answered."""
     deadline = time.monotonic() + timeout_s
     ledger = observer.ledger
-    ledger.expect(published.keys)
+    # Which published tokens are still unaccounted for, worked out a slice at a time: at
+    # once, for tens of thousands of tokens, it held the roles' event loop ~0.1 s.
+    ledger.expect(())
+    keys = list(published.keys)
+    for start in range(0, len(keys), _EXPECT_SLICE):
+        ledger.expect_more(keys[start:start + _EXPECT_SLICE])
+        await asyncio.sleep(0)
     while time.monotonic() < deadline:
         if (not ledger.unaccounted_count and not ledger.unanswered()
                 and len(ledger.dead_letters) >= published.bad_records):
             return True
         await asyncio.sleep(0.1)  # the check is O(windows): not on every record read
     return False
+
+
+#: Published tokens checked against the ledger between two turns of the event loop.
+_EXPECT_SLICE = 2000
 
 
 def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, observer: Observer,

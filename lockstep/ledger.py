@@ -212,7 +212,15 @@ class Ledger:
 
     def expect(self, published: Iterable[TokenKey]) -> None:
         """From now on, track which of ``published`` are not accounted for (incrementally)."""
-        self._remaining = set(published) - self.in_windows - self.late
+        self._remaining = set()
+        self.expect_more(published)
+
+    def expect_more(self, published: Iterable[TokenKey]) -> None:
+        """Track more published tokens, as :meth:`expect` does (a large set, in slices)."""
+        if self._remaining is None:
+            self._remaining = set()
+        in_windows, late = self.in_windows, self.late
+        self._remaining.update(k for k in published if k not in in_windows and k not in late)
 
     def unaccounted(self, published: set[TokenKey] | None = None) -> set[TokenKey]:
         """Published tokens in no window and no late record (those given to :meth:`expect`)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 from collections import Counter
 from typing import Any
 
@@ -202,3 +203,25 @@ async def test_retries_stop_at_the_delivery_timeout_and_say_so() -> None:
     assert not sender.acked and 2 < len(sender.fake.sends) < 30
     [(_, why)] = sender.failed
     assert why.startswith("not acknowledged within 0.2 s (NodeNotReadyError")
+
+
+def test_a_publish_report_crosses_processes_with_its_keys_packed_as_seqs() -> None:
+    report = PublishReport(bad_records=1, seconds=2.5, retries=3, bytes_sent=99)
+    for stream in ("a", "b"):
+        for modality in (Modality.VIDEO, Modality.AUDIO):
+            for seq in (0, 1, 5, 2**40):
+                report.keys.add(TokenKey(stream, modality, seq))
+                report.by_modality[modality.value] += 1
+    report.failed[TokenKey("a", Modality.OCR, 3)] = "timed out"
+    report.note("timed out")
+    report.count_sent(TokenKey("a", Modality.OCR, 3), 10)
+
+    blob = pickle.dumps(report)
+    back = pickle.loads(blob)
+
+    assert back == report and isinstance(back.by_modality, Counter)
+    # The keys travel as arrays of seqs per (stream, modality), not one object each.
+    _, (state,) = report.__reduce__()
+    assert set(state["keys"]) == {(s, m) for s in "ab" for m in ("video", "audio")}
+    assert all(isinstance(seqs, bytes) for seqs in state["keys"].values())
+    assert pickle.loads(pickle.dumps(PublishReport())) == PublishReport()

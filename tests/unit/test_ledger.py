@@ -47,6 +47,25 @@ def test_a_stale_record_of_a_shed_run_settles_each_token_it_names_once() -> None
     assert ledger.settled_twice == set()
 
 
+def test_expecting_published_tokens_in_slices_tracks_the_same_tokens_as_at_once() -> None:
+    published = [TokenKey("s", Modality.AUDIO, s) for s in range(10)]
+    ledger = Ledger()
+    ledger.add(_late(1))
+    ledger.expect(())
+    ledger.expect_more(published[:4])
+    ledger.add(_late(2))  # settled between two slices, after its slice
+    ledger.add(_late(7))  # and before its slice
+    ledger.expect_more(published[4:])
+    assert ledger.unaccounted() == set(published) - {TokenKey("s", Modality.AUDIO, s)
+                                                     for s in (1, 2, 7)}
+    assert ledger.unaccounted_count == 7
+    whole = Ledger()
+    for seq in (1, 2, 7):
+        whole.add(_late(seq))
+    whole.expect(published)
+    assert whole.unaccounted() == ledger.unaccounted()
+
+
 def test_inspect_names_a_stale_run_by_its_first_token_and_how_many_more() -> None:
     late = LateToken(stream_id="s", modality=Modality.VIDEO, seq=42, more_seqs=[43, 44],
                      t_us=T0, watermark_us=T0, at_us=T0, code=ReasonCode.STALE,
