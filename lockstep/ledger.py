@@ -188,6 +188,18 @@ class TokenSet(AbstractSet[TokenKey]):
             seqs.add(seq)
             self._len += 1
 
+    def add_seqs(self, stream_id: str, modality: Modality, seqs: Iterable[int]) -> None:
+        """Add the tokens of ``seqs`` of one stream and modality (no key objects built)."""
+        group = self._seqs.setdefault((stream_id, modality), set())
+        before = len(group)
+        group.update(seqs)
+        self._len += len(group) - before
+
+    def groups(self) -> Iterator[tuple[str, Modality, frozenset[int]]]:
+        """The seqs of each stream and modality (a copy of each group)."""
+        for (stream_id, modality), seqs in list(self._seqs.items()):
+            yield stream_id, modality, frozenset(seqs)
+
 
 @dataclass
 class Ledger:
@@ -222,10 +234,11 @@ class Ledger:
         in_windows, late = self.in_windows, self.late
         self._remaining.update(k for k in published if k not in in_windows and k not in late)
 
-    def unaccounted(self, published: set[TokenKey] | None = None) -> set[TokenKey]:
+    def unaccounted(self, published: AbstractSet[TokenKey] | None = None) -> set[TokenKey]:
         """Published tokens in no window and no late record (those given to :meth:`expect`)."""
         if published is not None:
-            return published - self.in_windows - self.late
+            in_windows, late = self.in_windows, self.late
+            return {k for k in published if k not in in_windows and k not in late}
         return set(self._remaining or ())
 
     @property

@@ -211,7 +211,7 @@ async def _run(scenario: Scenario, options: ChaosOptions, brokers: Brokers,
                 for task in (publishing, striking):
                     task.cancel()
                 await asyncio.gather(publishing, striking, return_exceptions=True)
-            expected = published.keys | done.tokens
+            expected = set(published.keys) | done.tokens
             outcome.drained = await _drain(readback, expected, done, options.drain_s)
             if isinstance(scenario.fault, Flood):
                 # Eviction comes a TTL after the flood's last token was read, and the

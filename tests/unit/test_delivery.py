@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import pickle
 from collections import Counter
@@ -225,3 +226,18 @@ def test_a_publish_report_crosses_processes_with_its_keys_packed_as_seqs() -> No
     assert set(state["keys"]) == {(s, m) for s in "ab" for m in ("video", "audio")}
     assert all(isinstance(seqs, bytes) for seqs in state["keys"].values())
     assert pickle.loads(pickle.dumps(PublishReport())) == PublishReport()
+
+
+def test_a_publish_report_keeps_its_keys_without_an_object_each() -> None:
+    report = PublishReport()
+    report.keys.add(TokenKey("cam", Modality.VIDEO, 0))  # the group's containers
+    gc.collect()
+    before = len(gc.get_objects())
+    for seq in range(1, 20_001):
+        report.keys.add(TokenKey("cam", Modality.VIDEO, seq))
+
+    # The cyclic collector's full passes walk what is tracked: 20k key objects made them
+    # long enough to hold a publisher's sends.
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
+    assert len(report.keys) == 20_001 and TokenKey("cam", Modality.VIDEO, 777) in report.keys
