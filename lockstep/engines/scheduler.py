@@ -340,20 +340,25 @@ class DeadlineScheduler(_Queue[H]):
         weights = np.fromiter((1.0 + p.request.priority for p in queue), np.float64,
                               len(queue))
         after = self._alone_us() + cfg.margin_us
-        best: tuple[float, float] | None = None
-        choice: tuple[int, np.ndarray] = (0, np.empty(0, np.intp))
-        for level in cfg.levels:
-            for n in range(1, min(len(queue), cfg.max_batch) + 1):
-                took = np.flatnonzero(deadlines >= now_us + self._finish(n, level))[:n]
-                done = now_us + self.latency.expected_us(max(len(took), 1), level)
-                left = np.ones(len(queue), bool)
-                left[took] = False
-                lost = float(weights[left & (deadlines < done + after)].sum())
-                key = (-lost, float(weights[took].sum()))
-                if best is None or key > best:
-                    best, choice = key, (level, took)
-        level, took = choice
-        return level, [queue[i] for i in took]
+        levels = list(cfg.levels)
+        sizes = min(len(queue), cfg.max_batch)
+        # Every candidate at once (a few array operations a call, not a few per candidate:
+        # the worker forms hundreds of batches a second): row (level, n - 1) of each array.
+        expected = np.array([[self.latency.expected_us(k, level) for k in range(1, sizes + 1)]
+                             for level in levels], np.int64)
+        fits = deadlines >= (now_us + expected + cfg.margin_us)[:, :, None]
+        order = np.cumsum(fits, axis=2)
+        took = fits & (order <= np.arange(1, sizes + 1)[None, :, None])
+        count = took.sum(axis=2)
+        done = now_us + np.take_along_axis(expected, np.maximum(count, 1) - 1, axis=1)
+        stranded = ~took & (deadlines < (done + after)[:, :, None])
+        lost = np.where(stranded, weights, 0.0).sum(axis=2).ravel()
+        served = np.where(took, weights, 0.0).sum(axis=2).ravel()
+        # The first candidate, in (level, n) order, that loses least and then serves most.
+        fewest = np.flatnonzero(lost == lost.min())
+        best = int(fewest[np.argmax(served[fewest])])
+        level_index, n_index = divmod(best, sizes)
+        return levels[level_index], [queue[i] for i in np.flatnonzero(took[level_index, n_index])]
 
     def _finish(self, n: int, level: int) -> int:
         return self.latency.expected_us(n, level) + self.config.margin_us

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lockstep.engines.latency import LatencyModel, LatencyPrior
 from lockstep.engines.scheduler import (
@@ -299,3 +301,34 @@ def test_reads_the_arrival_rate_over_time_when_requests_come_in_bursts() -> None
                 batch = s.poll(at, free_slots=1).batch
             assert s.poll(at + 11 * MS, free_slots=1).batch is not None
     assert 1_900 <= s.mean_gap_us(T0 + 240 * MS) <= 2_100  # 2 ms: 30 per 60 ms
+
+
+def _choose_one_by_one(s: DeadlineScheduler[int], now_us: int) -> tuple[int, list[int]]:
+    """The batch choice as its docstring states it, candidate by candidate (the reference)."""
+    cfg, queue = s.config, s._queue
+    after = s._alone_us() + cfg.margin_us
+    best: tuple[float, float] | None = None
+    choice: tuple[int, list[int]] = (0, [])
+    for level in cfg.levels:
+        for n in range(1, min(len(queue), cfg.max_batch) + 1):
+            finish = now_us + s.latency.expected_us(n, level) + cfg.margin_us
+            took = [i for i, p in enumerate(queue) if p.request.deadline_us >= finish][:n]
+            done = now_us + s.latency.expected_us(max(len(took), 1), level)
+            lost = sum(1.0 + p.request.priority for i, p in enumerate(queue)
+                       if i not in took and p.request.deadline_us < done + after)
+            key = (-lost, sum(1.0 + queue[i].request.priority for i in took))
+            if best is None or key > best:
+                best, choice = key, (level, took)
+    return choice[0], [queue[i].handle for i in choice[1]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 4)), min_size=1, max_size=40),
+       st.integers(1, 16), st.booleans())
+def test_the_batch_choice_is_the_reference_candidate_by_candidate(
+        queue: list[tuple[int, int]], max_batch: int, degrade: bool) -> None:
+    s = _sched(max_batch=max_batch, degrade=degrade)
+    for i, (deadline_ms, quarters) in enumerate(queue):  # priorities exact in binary
+        s.admit(i, request(i, deadline_us=T0 + deadline_ms * MS, priority=quarters / 4), T0)
+    level, members = s._choose(T0)
+    assert (level, [p.handle for p in members]) == _choose_one_by_one(s, T0)
