@@ -29,6 +29,7 @@ from lockstep.streams.aligner import HOP_BASE, Aligner, TokenKey
 from lockstep.streams.rate import RateController, effective_fps
 from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.settings import Settings
+from lockstep.streams.staleness import KEEP, SKIPPED, FastForward
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind
@@ -76,8 +77,9 @@ class AlignAgent:
         self._slo = slo
         self._stale_factor = settings.align.stale_after_budgets
         self._stale: dict[str, int] = {}
+        self._fast_forward = FastForward(settings.align.stale_resume_share)
         #: Stale tokens of the batch being read, by stream and modality (one late record each).
-        self._shedding: dict[tuple[str, Modality], _Shed] = {}
+        self._shedding: dict[tuple[str, Modality, bool], _Shed] = {}
         self.trimmer = MemoryTrimmer(compact=self._compact)
 
     def bind(self, consumer: RoleConsumer) -> None:
@@ -129,6 +131,7 @@ class AlignAgent:
             del self.pending[key]
         for tp in media:
             self.read.pop(tp, None)
+        self._fast_forward.forget(media)
         self._replay.drop(media)
         log.info("forgot %d streams of revoked partitions", len(streams),
                  extra={"stage": STAGE})
@@ -172,9 +175,11 @@ class AlignAgent:
             self._ack(tp, record.offset)
             self.telemetry.token(token.modality, "replayed")
             return
-        stale_us = self._stale_us(token.stream_id)
         # A replay was captured long before it was published: aligned, never stale.
-        if stale_us and now_us - token.t_us > stale_us and not token.replay:
+        stale_us = 0 if token.replay else self._stale_us(token.stream_id)
+        verdict = self._fast_forward.judge(tp, now_us - token.t_us, stale_us,
+                                           lambda: self._at_end(tp, record.offset))
+        if verdict != KEEP:
             noted = self.aligner.settled_before(token, now_us)
             if noted.windows:  # (a stream evicted to make room emits what it held)
                 await self.emit(noted.windows)
@@ -182,7 +187,7 @@ class AlignAgent:
                 self.telemetry.token(token.modality, "duplicate")
                 self._ack(tp, record.offset)
                 return
-            await self._shed(token, tp, record, now_us, stale_us)
+            await self._shed(token, tp, record, now_us, stale_us, skipped=verdict == SKIPPED)
             return
         out = self.aligner.add(token, now_us, raw=record.value)
         if key in out.duplicates:
@@ -291,17 +296,18 @@ class AlignAgent:
                         on_ack=self._acker([(tp, offset, None)]))
 
     async def _shed(self, token: Token, tp: TopicPartition, record: Record, now_us: int,
-                    stale_us: int) -> None:
+                    stale_us: int, *, skipped: bool) -> None:
         """Settle a token read too late to wait for its window: to ``late``, batched.
 
         Shedding is what a backlog costs, so it must cost less than aligning: the stale
         tokens of one stream and modality in a batch share one late record (its ``seq``
-        and ``more_seqs``), sent when the batch is done (:meth:`_flush_shed`).
+        and ``more_seqs``), sent when the batch is done (:meth:`_flush_shed`). ``skipped``:
+        not stale itself, shed while its partition crosses a stale backlog.
         """
-        group = (token.stream_id, token.modality)
+        group = (token.stream_id, token.modality, skipped)
         run = self._shedding.get(group)
         if run is None:
-            run = self._shedding[group] = _Shed(token, now_us, stale_us)
+            run = self._shedding[group] = _Shed(token, now_us, stale_us, skipped)
         run.add(token.seq, tp, record.offset, len(record.value or b""))
         if len(run.seqs) >= MAX_LATE_BATCH:
             del self._shedding[group]
@@ -318,12 +324,14 @@ class AlignAgent:
         oldest_ms = (run.now_us - first.t_us) / 1000
         what, whose = (f"{len(run.seqs)} tokens, the first read", "their windows") \
             if len(run.seqs) > 1 else ("read", "its window")
+        why = (f"skipped with a backlog read past the {run.stale_us / 1000:.0f} ms "
+               f"{whose} could wait, to the log end" if run.skipped else
+               f"past the {run.stale_us / 1000:.0f} ms {whose} could wait")
         await self._late(LateToken(
             stream_id=first.stream_id, modality=first.modality, seq=run.seqs[0],
             more_seqs=run.seqs[1:], t_us=first.t_us, watermark_us=run.now_us - run.stale_us,
             at_us=run.now_us, value_size=run.size, code=ReasonCode.STALE,
-            reason=f"stale: {what} {oldest_ms:.0f} ms after capture, past the "
-                   f"{run.stale_us / 1000:.0f} ms {whose} could wait"),
+            reason=f"stale: {what} {oldest_ms:.0f} ms after capture, {why}"),
             run.settles, count=len(run.seqs))
 
     async def _late(self, late: LateToken, settles: list[tuple[TopicPartition, int]],
@@ -358,6 +366,14 @@ class AlignAgent:
             budget_ms = self._slo.budget_ms(self._slo.class_of(stream_id))
             stale = self._stale[stream_id] = int(budget_ms * 1000 * self._stale_factor)
         return stale
+
+    def _at_end(self, tp: TopicPartition, offset: int) -> bool:
+        """Whether ``offset`` is the last record of ``tp`` the last fetch knew of."""
+        try:
+            end = self.source.consumer.highwater(tp)
+        except (AssertionError, KeyError):  # not assigned any more (a rebalance)
+            return True
+        return end is None or offset + 1 >= end
 
     def _ack(self, tp: TopicPartition, offset: int) -> None:
         self.source.ack(tp, offset)
@@ -405,12 +421,13 @@ def _settle(replay: ReplayGuard[TopicPartition], out: Output) -> None:
 class _Shed:
     """Stale tokens of one stream and modality, read in one batch: one late record."""
 
-    __slots__ = ("first", "now_us", "seqs", "settles", "size", "stale_us")
+    __slots__ = ("first", "now_us", "seqs", "settles", "size", "skipped", "stale_us")
 
-    def __init__(self, first: Token, now_us: int, stale_us: int) -> None:
+    def __init__(self, first: Token, now_us: int, stale_us: int, skipped: bool) -> None:
         self.first = first
         self.now_us = now_us
         self.stale_us = stale_us
+        self.skipped = skipped
         self.seqs: list[int] = []
         self.settles: list[tuple[TopicPartition, int]] = []
         self.size = 0

@@ -249,6 +249,12 @@ class AlignSettings(_Section):
     #: (reason ``stale``) without being aligned, and a backlog (an outage, an overload) is
     #: crossed quickly to the fresh data. 0 keeps every token, however old.
     stale_after_budgets: Annotated[float, Field(ge=0.0)] = 1.0
+    #: Once a media partition's token is read stale, its tokens are shed (``stale``, a
+    #: fast-forward) until one is read within this share of the stale age, or the partition
+    #: is read to the log end: a backlog is crossed to the newest data instead of being
+    #: served at the edge of staleness, where every window formed would still miss.
+    #: 1.0 sheds only the stale tokens themselves.
+    stale_resume_share: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     #: No window spans more than this: a longer stretch is cut into hop windows (its audio
     #: must fit an AudioToken, at most 10 s). Longer than ``hop_ms``.
     max_window_ms: Annotated[float, Field(gt=1.0, le=10_000.0)] = 1000.0
@@ -360,14 +366,23 @@ class BreachSettings(_Section):
 
     #: The sliding window the P99 is taken over, and how often it is evaluated.
     window_ms: Annotated[float, Field(gt=0.0)] = 5_000.0
-    evaluate_ms: Annotated[float, Field(gt=0.0)] = 1_000.0
+    evaluate_ms: Annotated[float, Field(gt=0.0)] = 250.0
     #: Fewer samples in the window than this hold the verdict (no evidence either way).
     min_samples: Annotated[int, Field(ge=1)] = 20
     #: Consecutive evaluations over budget that raise a breach, and under
     #: ``recover_ratio`` x budget that clear it (between the two nothing changes).
-    breach_after: Annotated[int, Field(ge=1)] = 3
+    breach_after: Annotated[int, Field(ge=1)] = 4
     recover_after: Annotated[int, Field(ge=1)] = 3
     recover_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    #: When the median of the samples since the last evaluation (at least ``min_samples``)
+    #: is over this many times the budget, most of what runs now misses, not a tail: the
+    #: breach is raised at that evaluation, without waiting for ``breach_after`` of them.
+    breach_at_once_ratio: Annotated[float, Field(gt=0.0)] = 1.0
+    #: A breach lasts at least ``hold_ms``; one raised again within the hold after its
+    #: recovery holds twice as long as the last (up to ``hold_max_ms``), so a load that
+    #: only fits in degraded mode does not flap between the modes.
+    hold_ms: Annotated[float, Field(ge=0.0)] = 5_000.0
+    hold_max_ms: Annotated[float, Field(ge=0.0)] = 30_000.0
     #: Stages whose breach switches their class to its degraded mode (others only report).
     degrade_on: tuple[str, ...] = ("e2e",)
     #: Degraded mode: windows that would take the full route take this partial route, and

@@ -2,12 +2,17 @@
 
 Pure: time is passed in. :class:`SloMonitor` keeps a sliding window of latency samples per
 (stage, SLO class) and, every ``evaluate_ms``, compares the window's P99 with the stage's
-budget (:meth:`~lockstep.streams.settings.SloSettings.stage_budget_ms`). Three consecutive
-evaluations over budget raise a breach; it clears after three consecutive evaluations under
-``recover_ratio`` x budget (hysteresis: between the two, nothing changes). While a breach
-lasts it is announced again every ``ttl_ms / 3``, so that :class:`Degradation`, which turns
-breach and recovery events into the degraded mode of each class, can forget a breach whose
-process died without announcing its recovery.
+budget (:meth:`~lockstep.streams.settings.SloSettings.stage_budget_ms`). ``breach_after``
+consecutive evaluations over budget raise a breach, and so does one whose latest samples
+(those since the evaluation before) have their median over ``breach_at_once_ratio`` x
+budget: most of what runs now misses, which a tail of slow samples never shows. It
+clears after ``recover_after`` consecutive evaluations under ``recover_ratio`` x
+budget (hysteresis: between the two, nothing changes), and not before it has lasted its
+hold: ``hold_ms``, doubled (up to ``hold_max_ms``) each time a breach comes back within the
+hold that ended the last one, so a load that fits only in degraded mode stays there instead
+of flapping. While a breach lasts it is announced again every ``ttl_ms / 3``, so that
+:class:`Degradation`, which turns breach and recovery events into the degraded mode of each
+class, can forget a breach whose process died without announcing its recovery.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ class _Track:
     under: int = 0
     breached: bool = False
     announced_us: int = 0
+    raised_us: int = 0
+    recovered_us: int | None = None
+    hold_us: int = 0
 
 
 class SloMonitor:
@@ -93,17 +101,21 @@ class SloMonitor:
         """Evaluate every (stage, class) if due; return the breaches raised or cleared."""
         if not self.due(now_us):
             return []
-        self._evaluated_us = now_us
         horizon = now_us - int(self._b.window_ms * 1000)
+        since = self._evaluated_us
+        self._evaluated_us = now_us
         out = []
         with self._lock:
             snapshot = []
             for key, track in self._tracks.items():
                 while track.samples and track.samples[0][0] < horizon:
                     track.samples.popleft()
-                snapshot.append((key, track, [v for _, v in track.samples]))
-        for (stage, slo_class), track, values in snapshot:
-            transition = self._judge(stage, slo_class, track, values, now_us)
+                values = [v for _, v in track.samples]
+                latest = (values if since is None else
+                          [v for at, v in track.samples if at > since])
+                snapshot.append((key, track, values, latest))
+        for (stage, slo_class), track, values, latest in snapshot:
+            transition = self._judge(stage, slo_class, track, values, latest, now_us)
             if transition is not None:
                 out.append(transition)
         return out
@@ -113,7 +125,7 @@ class SloMonitor:
         return {key for key, track in self._tracks.items() if track.breached}
 
     def _judge(self, stage: str, slo_class: str, track: _Track, values: list[float],
-               now_us: int) -> Transition | None:
+               latest: list[float], now_us: int) -> Transition | None:
         b = self._b
         budget_ms = self._slo.stage_budget_ms(stage, slo_class)
         # An empty window counts as under budget (nothing ran, nothing was slow).
@@ -128,16 +140,31 @@ class SloMonitor:
         else:
             track.over = track.under = 0
         degrade = stage in b.degrade_on
-        if not track.breached and track.over >= b.breach_after:
-            track.breached, track.announced_us = True, now_us
+        if not track.breached and (track.over >= b.breach_after
+                                   or self._most_miss(latest, budget_ms)):
+            self._hold(track, now_us)
+            track.breached, track.announced_us, track.raised_us = True, now_us, now_us
             return Transition(BREACH, stage, slo_class, p99_ms, budget_ms, len(values),
                               track.over, degrade)
-        if track.breached and track.under >= b.recover_after:
-            track.breached = False
+        if (track.breached and track.under >= b.recover_after
+                and now_us - track.raised_us >= track.hold_us):
+            track.breached, track.recovered_us = False, now_us
             return Transition(RECOVERED, stage, slo_class, p99_ms, budget_ms, len(values),
                               track.under, degrade)
         return self._reannounce(stage, slo_class, track, budget_ms, p99_ms, len(values),
                                 now_us)
+
+    def _most_miss(self, latest: list[float], budget_ms: float) -> bool:
+        """Whether the latest samples are enough and their median is over the ratio."""
+        return (len(latest) >= self._b.min_samples and _median_ms(latest)
+                > budget_ms * self._b.breach_at_once_ratio)
+
+    def _hold(self, track: _Track, now_us: int) -> None:
+        """Set how long the breach being raised lasts at least (longer when it flaps)."""
+        base, most = int(self._b.hold_ms * 1000), int(self._b.hold_max_ms * 1000)
+        came_back = (track.recovered_us is not None
+                     and now_us - track.recovered_us < max(track.hold_us, base))
+        track.hold_us = min(max(most, base), 2 * track.hold_us) if came_back else base
 
     def _reannounce(self, stage: str, slo_class: str, track: _Track, budget_ms: float,
                     p99_ms: float, samples: int, now_us: int) -> Transition | None:
@@ -146,6 +173,11 @@ class SloMonitor:
         track.announced_us = now_us
         return Transition(BREACH, stage, slo_class, p99_ms, budget_ms, samples, track.over,
                           stage in self._b.degrade_on, renewed=True)
+
+
+def _median_ms(values: list[float]) -> float:
+    """The median of latency samples in seconds, in milliseconds."""
+    return float(np.median(values)) * 1e3
 
 
 class Degradation:

@@ -162,7 +162,8 @@ async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recov
     kinds = [(e.kind, e.stage, e.degrade) for e in listener.events if e.stage == "infer"]
     assert kinds[0] == ("breach", "infer", True) and kinds[-1] == ("recovered", "infer", True)
     first = next(e for e in listener.events if e.stage == "infer")
-    assert first.p99_ms > first.budget_ms == 60.0 and first.consecutive == 3
+    assert first.p99_ms > first.budget_ms == 60.0
+    assert first.consecutive == 1  # every latest sample over budget: raised at once
     assert run.telemetry.registry.get_sample_value(
         "lockstep_slo_breaches_total", {"stage": "infer", "slo_class": "cabin"}) >= 1
     assert run.telemetry.registry.get_sample_value(

@@ -10,8 +10,10 @@ S = 1_000_000  # µs
 
 
 def _slo(**breach: object) -> SloSettings:
+    """One-second windows and evaluations, three to breach; no breach at once, no hold."""
     return SloSettings(breach={"window_ms": 1000, "evaluate_ms": 1000, "min_samples": 5,
-                               **breach})
+                               "breach_after": 3, "breach_at_once_ratio": 100.0,
+                               "hold_ms": 0, **breach})
 
 
 def _feed(monitor: SloMonitor, stage: str, ms: float, at_us: int, n: int = 20,
@@ -59,6 +61,56 @@ def test_a_breach_clears_after_three_windows_under_the_recovery_ratio() -> None:
     [recovered] = cleared[2]
     assert recovered.kind == RECOVERED and recovered.degrade and recovered.consecutive == 3
     assert monitor.breached() == set()
+
+
+def test_most_of_the_latest_samples_over_budget_raise_the_breach_at_once() -> None:
+    monitor = SloMonitor(_slo(breach_at_once_ratio=1.0, window_ms=5000))
+    [[breach]] = _run(monitor, "e2e", [200])
+    assert breach.kind == BREACH and breach.consecutive == 1
+
+
+def test_a_slow_tail_waits_for_consecutive_evaluations() -> None:
+    monitor = SloMonitor(_slo(breach_at_once_ratio=1.0, window_ms=5000))
+    results = []
+    for second in range(3):
+        # A quarter of each second's windows shed (counted as 10 s): the P99 is far over
+        # budget, the median is not.
+        _feed(monitor, "e2e", 10_000, second * S, n=5)
+        _feed(monitor, "e2e", 50, second * S, n=15)
+        results.append(monitor.evaluate(second * S + S))
+    assert [len(r) for r in results] == [0, 0, 1]
+
+
+def test_only_samples_since_the_last_evaluation_count_for_the_median() -> None:
+    monitor = SloMonitor(_slo(breach_at_once_ratio=1.0, window_ms=10_000))
+    # Four quiet seconds, then one where every window misses: the window's median is
+    # still quiet, the latest samples' is not.
+    results = _run(monitor, "e2e", [50, 50, 50, 50, 300])
+    assert [len(r) for r in results] == [0, 0, 0, 0, 1]
+
+
+def test_a_breach_lasts_its_hold_before_it_clears() -> None:
+    monitor = SloMonitor(_slo(hold_ms=6000, hold_max_ms=30_000))
+    _run(monitor, "e2e", [200, 200, 200])  # raised at 3 s
+    results = _run(monitor, "e2e", [50] * 7, start_s=3)
+    # Three evaluations under the recovery ratio by 6 s, but the hold runs to 9 s.
+    assert [len(r) for r in results] == [0, 0, 0, 0, 0, 1, 0]
+    assert results[5][0].kind == RECOVERED
+
+
+def test_a_breach_that_comes_back_within_the_hold_holds_twice_as_long_up_to_the_most() -> None:
+    monitor = SloMonitor(_slo(hold_ms=4000, hold_max_ms=10_000))
+    over, calm = 200.0, 50.0
+    seconds = ([over] * 3 + [calm] * 4 + [over] * 3 + [calm] * 8 + [over] * 3 + [calm] * 22
+               + [over] * 3 + [calm] * 5)
+    results = _run(monitor, "e2e", seconds)
+    at = [(i + 1, t.kind) for i, r in enumerate(results) for t in r]
+    assert at == [
+        (3, BREACH), (7, RECOVERED),  # the base hold: 4 s
+        (10, BREACH), (18, RECOVERED),  # back 3 s after it cleared: 8 s
+        (21, BREACH), (31, RECOVERED),  # back again: 16 s, at most 10
+        (46, BREACH), (50, RECOVERED),  # back after 15 s, longer than its hold: 4 s again
+    ]
 
 
 def test_only_the_degrading_stages_switch_their_class_to_degraded_mode() -> None:
