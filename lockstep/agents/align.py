@@ -22,6 +22,7 @@ from aiokafka import TopicPartition
 from lockstep.agents.memory import MemoryTrimmer
 from lockstep.agents.outbox import Outbox, fit_late, send_dead_letter
 from lockstep.agents.readback import Output, partition_of
+from lockstep.agents.shed import Shedder
 from lockstep.agents.source import Record, RoleConsumer
 from lockstep.errors import BadInput, ReasonCode
 from lockstep.ledger import late_tokens
@@ -34,7 +35,7 @@ from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind
 from lockstep.topics.edge import decode_token
-from lockstep.topics.schemas import MAX_LATE_BATCH, LateToken, Modality, Token, Window
+from lockstep.topics.schemas import LateToken, Modality, Token, Window
 
 log = logging.getLogger(__name__)
 STAGE = "align"
@@ -77,9 +78,8 @@ class AlignAgent:
         self._slo = slo
         self._stale_factor = settings.align.stale_after_budgets
         self._stale: dict[str, int] = {}
-        self._fast_forward = FastForward(settings.align.stale_resume_share)
-        #: Stale tokens of the batch being read, by stream and modality (one late record each).
-        self._shedding: dict[tuple[str, Modality, bool], _Shed] = {}
+        self._fast_forward = FastForward(settings.align.stale_resume_share, self._at_end)
+        self._shedder = Shedder(self._late)
         self.trimmer = MemoryTrimmer(compact=self._compact)
 
     def bind(self, consumer: RoleConsumer) -> None:
@@ -151,7 +151,7 @@ class AlignAgent:
             await self._one(tp, record, now_us)
             if self._replay.until:
                 self._replay.passed(tp, record.offset + 1)
-        await self._flush_shed()
+        await self._shedder.flush()
         self.oldest_read_s = oldest
         if oldest > self.catchup_s:
             self.behind_at_us = now_us
@@ -177,8 +177,7 @@ class AlignAgent:
             return
         # A replay was captured long before it was published: aligned, never stale.
         stale_us = 0 if token.replay else self._stale_us(token.stream_id)
-        verdict = self._fast_forward.judge(tp, now_us - token.t_us, stale_us,
-                                           lambda: self._at_end(tp, record.offset))
+        verdict = self._fast_forward.judge(tp, record.offset, now_us - token.t_us, stale_us)
         if verdict != KEEP:
             noted = self.aligner.settled_before(token, now_us)
             if noted.windows:  # (a stream evicted to make room emits what it held)
@@ -187,7 +186,8 @@ class AlignAgent:
                 self.telemetry.token(token.modality, "duplicate")
                 self._ack(tp, record.offset)
                 return
-            await self._shed(token, tp, record, now_us, stale_us, skipped=verdict == SKIPPED)
+            await self._shedder.shed(token, tp, record.offset, len(record.value or b""), now_us,
+                                     stale_us, skipped=verdict == SKIPPED)
             return
         out = self.aligner.add(token, now_us, raw=record.value)
         if key in out.duplicates:
@@ -229,17 +229,11 @@ class AlignAgent:
 
         Read positions, not committed offsets: ``lockstep_consumer_lag`` is the committed lag.
         """
-        consumer = self.source.consumer
         per_topic: dict[str, int] = {}
         for tp, read in self.read.items():
-            try:
-                end = consumer.highwater(tp)
-            except (AssertionError, KeyError):  # not assigned any more (a rebalance)
+            end = self._log_end(tp)
+            if end is None:
                 continue
-            if end is None:  # no fetch has answered for it yet
-                if tp not in self.source.start_positions:
-                    continue
-                end = self.source.start_positions[tp][1]  # the log end at assignment
             behind = max(0, end - (read + 1))
             per_topic[tp.topic] = max(per_topic.get(tp.topic, 0), behind)
         self.aligner.backlogged = frozenset(
@@ -295,45 +289,6 @@ class AlignAgent:
                                        ReasonCode.WINDOW_TOO_LARGE),
                         on_ack=self._acker([(tp, offset, None)]))
 
-    async def _shed(self, token: Token, tp: TopicPartition, record: Record, now_us: int,
-                    stale_us: int, *, skipped: bool) -> None:
-        """Settle a token read too late to wait for its window: to ``late``, batched.
-
-        Shedding is what a backlog costs, so it must cost less than aligning: the stale
-        tokens of one stream and modality in a batch share one late record (its ``seq``
-        and ``more_seqs``), sent when the batch is done (:meth:`_flush_shed`). ``skipped``:
-        not stale itself, shed while its partition crosses a stale backlog.
-        """
-        group = (token.stream_id, token.modality, skipped)
-        run = self._shedding.get(group)
-        if run is None:
-            run = self._shedding[group] = _Shed(token, now_us, stale_us, skipped)
-        run.add(token.seq, tp, record.offset, len(record.value or b""))
-        if len(run.seqs) >= MAX_LATE_BATCH:
-            del self._shedding[group]
-            await self._send_shed(run)
-
-    async def _flush_shed(self) -> None:
-        """Send the late records of the tokens shed in this batch."""
-        runs, self._shedding = self._shedding, {}
-        for run in runs.values():
-            await self._send_shed(run)
-
-    async def _send_shed(self, run: _Shed) -> None:
-        first = run.first
-        oldest_ms = (run.now_us - first.t_us) / 1000
-        what, whose = (f"{len(run.seqs)} tokens, the first read", "their windows") \
-            if len(run.seqs) > 1 else ("read", "its window")
-        why = (f"skipped with a backlog read past the {run.stale_us / 1000:.0f} ms "
-               f"{whose} could wait, to the log end" if run.skipped else
-               f"past the {run.stale_us / 1000:.0f} ms {whose} could wait")
-        await self._late(LateToken(
-            stream_id=first.stream_id, modality=first.modality, seq=run.seqs[0],
-            more_seqs=run.seqs[1:], t_us=first.t_us, watermark_us=run.now_us - run.stale_us,
-            at_us=run.now_us, value_size=run.size, code=ReasonCode.STALE,
-            reason=f"stale: {what} {oldest_ms:.0f} ms after capture, {why}"),
-            run.settles, count=len(run.seqs))
-
     async def _late(self, late: LateToken, settles: list[tuple[TopicPartition, int]],
                     count: int = 1) -> None:
         self.telemetry.token(late.modality, "late", count)
@@ -367,12 +322,23 @@ class AlignAgent:
             stale = self._stale[stream_id] = int(budget_ms * 1000 * self._stale_factor)
         return stale
 
+    def _log_end(self, tp: TopicPartition) -> int | None:
+        """The log end of ``tp`` the last fetch saw, else the one at assignment.
+
+        None: not assigned any more (a rebalance), or not known yet.
+        """
+        try:
+            end: int | None = self.source.consumer.highwater(tp)
+        except (AssertionError, KeyError):  # not assigned any more (a rebalance)
+            return None
+        if end is None:  # no fetch has answered for it yet
+            started = self.source.start_positions.get(tp)
+            return None if started is None else started[1]
+        return end
+
     def _at_end(self, tp: TopicPartition, offset: int) -> bool:
         """Whether ``offset`` is the last record of ``tp`` the last fetch knew of."""
-        try:
-            end = self.source.consumer.highwater(tp)
-        except (AssertionError, KeyError):  # not assigned any more (a rebalance)
-            return True
+        end = self._log_end(tp)
         return end is None or offset + 1 >= end
 
     def _ack(self, tp: TopicPartition, offset: int) -> None:
@@ -416,26 +382,6 @@ def _settle(replay: ReplayGuard[TopicPartition], out: Output) -> None:
     except (KeyError, TypeError, ValueError):
         log.info("a record read back from %s does not parse; ignored", out.topic,
                  extra={"stage": STAGE, "topic": out.topic})
-
-
-class _Shed:
-    """Stale tokens of one stream and modality, read in one batch: one late record."""
-
-    __slots__ = ("first", "now_us", "seqs", "settles", "size", "skipped", "stale_us")
-
-    def __init__(self, first: Token, now_us: int, stale_us: int, skipped: bool) -> None:
-        self.first = first
-        self.now_us = now_us
-        self.stale_us = stale_us
-        self.skipped = skipped
-        self.seqs: list[int] = []
-        self.settles: list[tuple[TopicPartition, int]] = []
-        self.size = 0
-
-    def add(self, seq: int, tp: TopicPartition, offset: int, size: int) -> None:
-        self.seqs.append(seq)
-        self.settles.append((tp, offset))
-        self.size += size
 
 
 def _modality_label(topic: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 #: What :meth:`FastForward.judge` says of a token: aligned (kept) or shed, and why.
 KEEP = 0
@@ -30,21 +31,23 @@ class FastForward:
         resume_share: Once a partition sheds, the share of the stale age a token of it
             must be read within to be kept again (1.0: no hysteresis, only stale tokens
             are shed).
+        at_end: ``at_end(part, offset)``: whether ``offset`` is the last record of ``part``
+            the last fetch knew of; asked only while the partition skips a token that is
+            not stale itself.
     """
 
     resume_share: float = 0.5
+    at_end: Callable[[Any, int], bool] = lambda part, offset: False
     _skipping: set[Hashable] = field(default_factory=set)
 
-    def judge(self, part: Hashable, age_us: int, stale_us: int,
-              at_end: Callable[[], bool]) -> int:
+    def judge(self, part: Hashable, offset: int, age_us: int, stale_us: int) -> int:
         """Whether a token of ``part`` read ``age_us`` after capture is kept or shed.
 
         Args:
             part: The partition it was read from.
+            offset: Its offset there.
             age_us: Read time minus capture time.
             stale_us: The age past which it is stale (0: never).
-            at_end: Whether the partition has been read to the log end the last fetch saw,
-                asked only while the partition skips a token that is not stale itself.
 
         Returns:
             :data:`KEEP`, :data:`STALE` (older than ``stale_us``) or :data:`SKIPPED` (not
@@ -57,7 +60,7 @@ class FastForward:
             return STALE
         if part not in self._skipping:
             return KEEP
-        if age_us <= stale_us * self.resume_share or at_end():
+        if age_us <= stale_us * self.resume_share or self.at_end(part, offset):
             self._skipping.discard(part)
             return KEEP
         return SKIPPED
