@@ -32,7 +32,7 @@ from lockstep.observer import Observer
 from lockstep.publisher import PublishReport, publish_synthetic
 from lockstep.runner import prepare_topics, routed_pools, start_roles
 from lockstep.streams.app import ROLES, install_uvloop
-from lockstep.streams.broker import EmbeddedBroker
+from lockstep.streams.broker import SLOW_AFTER_RECORDS, EmbeddedBroker
 from lockstep.streams.settings import KafkaSettings, Settings
 from lockstep.streams.synthetic import SyntheticConfig
 from lockstep.streams.telemetry import Telemetry
@@ -69,12 +69,24 @@ def scenario_configs(scenario: str, stream_ids: list[str]) -> dict[str, Syntheti
     return configs
 
 
+def embedded_broker_note(streams: int, seconds: float) -> str | None:
+    """A warning for a run that will fill the embedded broker past where it slows down."""
+    tokens = streams * seconds * SyntheticConfig().tokens_per_second
+    if tokens <= SLOW_AFTER_RECORDS:
+        return None
+    return (f"note: about {tokens:,.0f} tokens; the embedded broker slows as its log grows "
+            f"past ~{SLOW_AFTER_RECORDS:,} records (docs/bench.md, `lockstep bench broker`): "
+            "for long runs, use Apache Kafka (--bootstrap)")
+
+
 async def run_demo(settings: Settings, options: DemoOptions) -> dict[str, Any]:
     """Run the demo and return its report (see :func:`lockstep.report.render_demo`)."""
     broker: EmbeddedBroker | None = None
     if not settings.kafka.bootstrap_servers:
         options.progress("starting the embedded broker")
         broker = await asyncio.to_thread(EmbeddedBroker().start)
+        if (note := embedded_broker_note(options.streams, options.seconds)) is not None:
+            options.progress(note)
         kafka = settings.kafka.model_copy(update={
             "bootstrap_servers": broker.bootstrap,
             "fetch_max_wait_ms": min(settings.kafka.fetch_max_wait_ms, 5)})

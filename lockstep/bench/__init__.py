@@ -8,7 +8,7 @@ import click
 
 from lockstep.bench.cli_all import all_command
 from lockstep.bench.cli_pipeline import pipeline_command
-from lockstep.clikit import LockstepGroup
+from lockstep.clikit import LockstepGroup, bootstrap_option
 
 
 @click.group(cls=LockstepGroup)
@@ -111,6 +111,41 @@ def batching_command(ctx: click.Context, engine_name: str, seconds: float, load:
                               repeats=repeats, calibrations=calibrations)
     report = run_batching(engine_name, settings, options, virtual_clock=virtual_clock)
     click.echo(json.dumps(report, indent=2) if as_json else render_batching(report))
+
+
+@bench.command("broker")
+@bootstrap_option
+@click.option("--rate", default=800, show_default=True, type=click.IntRange(10, 100_000),
+              help="Records a second of each measured phase.")
+@click.option("--seconds", default=10.0, show_default=True, type=click.FloatRange(1, 600),
+              help="Length of each measured phase.")
+@click.option("--held", default=500_000, show_default=True,
+              type=click.IntRange(1000, 100_000_000),
+              help="Records written to the topic between the two phases (never read).")
+@click.option("--partitions", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="Partitions of the bench's topic.")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 50),
+              help="Repetitions (a topic each; on the embedded broker a broker each).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def broker_command(ctx: click.Context, bootstrap: str | None, rate: int, seconds: float,
+                   held: int, partitions: int, repeats: int, as_json: bool) -> None:
+    """Time one hop on an empty topic, then after --held records sit in it.
+
+    Runs on the embedded broker (a fresh one a repetition), or on the cluster at
+    --bootstrap. Each phase sends --rate records a second and reads them at the log end;
+    prints the hop's P50/P99, the embedded broker's CPU share and the ratios held / empty.
+    Shows whether a broker that served a long run or an overload costs more per record.
+    See docs/bench.md.
+    """
+    from lockstep.bench.broker import BrokerBenchOptions, render_broker, run_broker_bench
+    from lockstep.clikit import kafka_overrides, run_async, settings_for
+
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    options = BrokerBenchOptions(rate=rate, seconds=seconds, held=held, partitions=partitions,
+                                 repeats=repeats)
+    report = run_async(run_broker_bench(settings.kafka, options))
+    click.echo(json.dumps(report, indent=2) if as_json else render_broker(report))
 
 
 bench.add_command(pipeline_command)

