@@ -97,6 +97,7 @@ def test_pipeline_bench_prints_a_table_without_json() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "capacity:" in out and "at half capacity" in out and "limit: raw" in out
+    assert "note: the embedded broker slows as its logs grow" in out
 
 
 def test_pipeline_bench_runs_on_apache_kafka_when_a_bootstrap_is_given(

@@ -187,6 +187,13 @@ def test_pipeline_text_names_capacity_stages_limit_overload_and_soak() -> None:
         assert part in text, part
 
 
+def test_pipeline_text_warns_that_the_embedded_broker_slows_only_on_it() -> None:
+    report = _pipeline_report()
+    assert "note: the embedded broker slows as its logs grow" in render_pipeline(report)
+    report["broker"] = "kafka"
+    assert "embedded broker" not in render_pipeline(report)
+
+
 def test_pipeline_text_names_the_unmeasured_warm_up_at_load() -> None:
     report = _pipeline_report()
     assert "unmeasured" not in render_pipeline(report)  # an older report: none ran

@@ -7,6 +7,7 @@ from typing import Any
 
 from lockstep.bench.fmt import spread_cell, table, value
 from lockstep.bench.machine import machine_line
+from lockstep.streams.broker import SLOW_AFTER_RECORDS
 
 
 def _cpu_line(per_token: Mapping[str, float | None]) -> str:
@@ -87,6 +88,12 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
         lines += ["", f"soak: {soak['streams']} streams for {soak['seconds']:g} s, attainment "
                       f"{value(soak['span']['attainment'], 'pct')}; RSS growth (last quarter "
                       f"vs first): {growth}"]
+    if report["broker"] == "embedded tansu":
+        lines += ["", f"note: the embedded broker slows as its logs grow (past ~"
+                      f"{SLOW_AFTER_RECORDS:,} records in a topic; `lockstep bench broker`): "
+                      "late in a long ramp, an overload or a soak it measures the broker as "
+                      "much as the pipeline. For the pipeline's figures, run on Apache Kafka "
+                      "(--bootstrap)."]
     return "\n".join(lines)
 
 
