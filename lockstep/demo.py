@@ -87,9 +87,7 @@ async def run_demo(settings: Settings, options: DemoOptions) -> dict[str, Any]:
         broker = await asyncio.to_thread(EmbeddedBroker().start)
         if (note := embedded_broker_note(options.streams, options.seconds)) is not None:
             options.progress(note)
-        kafka = settings.kafka.model_copy(update={
-            "bootstrap_servers": broker.bootstrap,
-            "fetch_max_wait_ms": min(settings.kafka.fetch_max_wait_ms, 5)})
+        kafka = broker.client_settings(settings.kafka)
         # One process reads every partition, so more than one per topic buys nothing, and
         # the embedded broker's work grows with the partitions in each fetch: 16 streams
         # held 56.8 % of windows within budget on 4 partitions a topic, 93.8 % on one.

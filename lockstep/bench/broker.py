@@ -20,9 +20,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +32,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from confluent_kafka import KafkaException
 
 from lockstep.bench.machine import MachineWatch
-from lockstep.bench.pipeline.passthrough import payloads
-from lockstep.bench.pipeline.procs import children_named, cpu_seconds
+from lockstep.bench.pipeline.passthrough import delete_topics, payloads
+from lockstep.bench.pipeline.procs import cpu_seconds
 from lockstep.bench.stats import spread_json
 from lockstep.streams.broker import EmbeddedBroker
 from lockstep.streams.settings import KafkaSettings
@@ -63,17 +63,11 @@ async def run_broker_bench(kafka: KafkaSettings, options: BrokerBenchOptions) ->
     with MachineWatch() as watch:
         for i in range(options.repeats):
             async with AsyncExitStack() as stack:
-                broker_pid = None
+                broker_pid, kafka_i = None, kafka
                 if embedded:
                     broker = await asyncio.to_thread(EmbeddedBroker().start)
                     stack.callback(broker.stop)
-                    found = children_named(os.getpid(), "tansu")
-                    broker_pid = found[0] if found else None
-                    kafka_i = kafka.model_copy(update={
-                        "bootstrap_servers": broker.bootstrap,
-                        "fetch_max_wait_ms": min(kafka.fetch_max_wait_ms, 5)})
-                else:
-                    kafka_i = kafka
+                    broker_pid, kafka_i = broker.pid, broker.client_settings(kafka)
                 rep = await _repetition(kafka_i, options, f"bench.broker.{uuid.uuid4().hex[:8]}",
                                         broker_pid)
             log.info("repetition %d: %s", i + 1, rep)
@@ -110,7 +104,7 @@ async def _repetition(kafka: KafkaSettings, options: BrokerBenchOptions, topic: 
     finally:
         await producer.stop()
         try:
-            await asyncio.to_thread(_delete, kafka, topic)
+            await asyncio.to_thread(delete_topics, kafka, [topic])
         except (KafkaException, TimeoutError) as exc:  # the figures stand either way
             log.warning("could not delete the bench topic %s: %s", topic, exc)
     return out
@@ -122,7 +116,7 @@ async def _phase(producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, topic: 
     hops_ms: list[float] = []
     sent = 0
     stop, drained = asyncio.Event(), asyncio.Event()
-    want: list[int] = []  # how many were sent, once sending is over
+    want = -1  # how many were sent, once sending is over
     since_ms = time.time() * 1000
 
     async def read() -> None:
@@ -131,12 +125,11 @@ async def _phase(producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, topic: 
             now_ms = time.time() * 1000
             for records in got.values():  # (a record of the flood before it is not timed)
                 hops_ms.extend(now_ms - r.timestamp for r in records if r.timestamp >= since_ms)
-            if want and len(hops_ms) >= want[0]:
+            if 0 <= want <= len(hops_ms):
                 drained.set()
 
     reader = asyncio.ensure_future(read())
-    values = itertools.cycle(payloads())
-    keys = itertools.cycle([f"bench-{k}".encode() for k in range(KEYS)])
+    records = _records()
     cpu0 = cpu_seconds(broker_pid) if broker_pid else None
     began = time.monotonic()
     tick = 0.01
@@ -145,12 +138,12 @@ async def _phase(producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, topic: 
         while (elapsed := time.monotonic() - began) < options.seconds:
             due = int(per_tick * (elapsed / tick + 1))
             while sent < due:
-                await producer.send(topic, next(values), key=next(keys),
-                                    timestamp_ms=int(time.time() * 1000))
+                key, value = next(records)
+                await producer.send(topic, value, key=key, timestamp_ms=int(time.time() * 1000))
                 sent += 1
             await asyncio.sleep(tick)
         await producer.flush()
-        want.append(sent)
+        want = sent
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(drained.wait(), 5.0)
     finally:
@@ -169,11 +162,15 @@ async def _phase(producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, topic: 
 
 async def _flood(producer: AIOKafkaProducer, topic: str, records: int) -> None:
     """Write ``records`` as fast as the client allows; wait until all are acknowledged."""
-    values = itertools.cycle(payloads())
-    keys = itertools.cycle([f"bench-{k}".encode() for k in range(KEYS)])
-    for _ in range(records):
-        await producer.send(topic, next(values), key=next(keys))
+    for key, value in itertools.islice(_records(), records):
+        await producer.send(topic, value, key=key)
     await producer.flush()
+
+
+def _records() -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) without end: the pipeline's encoded tokens, cycled over 16 keys."""
+    return zip(itertools.cycle([f"bench-{k}".encode() for k in range(KEYS)]),
+               itertools.cycle(payloads()), strict=False)
 
 
 def _report(reps: list[dict[str, Any]], options: BrokerBenchOptions, embedded: bool,
@@ -200,13 +197,6 @@ def _report(reps: list[dict[str, Any]], options: BrokerBenchOptions, embedded: b
         "repetitions": reps,
         "machine": machine,
     }
-
-
-def _delete(kafka: KafkaSettings, topic: str) -> None:
-    admin = admin_client(kafka.confluent_config())
-    for future in admin.delete_topics([topic], operation_timeout=10).values():
-        future.result(timeout=15)
-
 
 
 def render_broker(report: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from lockstep.errors import EmbeddedBrokerError
+from lockstep.streams.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,20 @@ class EmbeddedBroker:
         if self.port is None:
             raise EmbeddedBrokerError("the embedded broker is not started")
         return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id (None before :meth:`start`)."""
+        return None if self._proc is None else self._proc.pid
+
+    def client_settings(self, kafka: KafkaSettings) -> KafkaSettings:
+        """``kafka`` pointed at this broker, with the fetch wait it needs.
+
+        tansu holds an empty fetch for its whole wait (a waiting fetch is answered only
+        after about a quarter of it when data arrives): clients wait 5 ms at most.
+        """
+        return kafka.model_copy(update={"bootstrap_servers": self.bootstrap,
+                                        "fetch_max_wait_ms": min(kafka.fetch_max_wait_ms, 5)})
 
     @property
     def running(self) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockstep.bench.pipeline.procs import BenchProcessError, Child, children_named, cpu_seconds
+from lockstep.bench.pipeline.procs import BenchProcessError, Child, cpu_seconds
 from lockstep.streams.broker import EmbeddedBroker
 from lockstep.streams.settings import Settings
 
@@ -86,12 +86,8 @@ class Cluster:
 
         if not self.settings.kafka.bootstrap_servers:
             self.broker = await asyncio.to_thread(EmbeddedBroker().start)
-            found = children_named(os.getpid(), "tansu")
-            self.broker_pid = found[0] if found else None
-            # tansu holds an empty fetch for its whole wait: keep the wait short.
-            kafka = self.settings.kafka.model_copy(update={
-                "bootstrap_servers": self.broker.bootstrap,
-                "fetch_max_wait_ms": min(self.settings.kafka.fetch_max_wait_ms, 5)})
+            self.broker_pid = self.broker.pid
+            kafka = self.broker.client_settings(self.settings.kafka)
             # One process per role reads all of a topic's partitions: on the embedded
             # broker (whose work grows with the partitions in each fetch) one is enough.
             topics = self.settings.topics.model_copy(update={"media_partitions": 1,

@@ -171,7 +171,7 @@ async def measure_passthrough(kafka: KafkaSettings, run_id: str, partitions: int
                 p.kill()
                 p.join()
         try:
-            await asyncio.to_thread(_delete, kafka, topics)
+            await asyncio.to_thread(delete_topics, kafka, topics)
         except (KafkaException, TimeoutError) as exc:  # the figures stand either way
             log.warning("could not delete the pass-through topics: %s", exc)
     arrived = arrivals[-1][1] if arrivals else 0
@@ -183,7 +183,8 @@ async def measure_passthrough(kafka: KafkaSettings, run_id: str, partitions: int
             "cpu_seconds": {k: round(v, 3) for k, v in sorted(cpu.items())}}
 
 
-def _delete(kafka: KafkaSettings, topics: list[str]) -> None:
+def delete_topics(kafka: KafkaSettings, topics: list[str]) -> None:
+    """Delete a bench's own topics (waits for the cluster's answer)."""
     admin = admin_client(kafka.confluent_config())
     for future in admin.delete_topics(topics, operation_timeout=10).values():
         future.result(timeout=15)
