@@ -127,6 +127,15 @@ class WindowAssembler:
             if (state is None and m in expected) or (state is not None and not state.present):
                 missing.append(m)
         capture = ingest = -(1 << 62)
+        # The window also carries data of tokens a later window owns: audio cut from a chunk
+        # that ends past its end, the sensor reading after the anchor it interpolates
+        # towards. The stage starts when the last of its data arrived.
+        for i in audio_view:
+            if i.arrival > ingest:
+                ingest = i.arrival
+        for i in sensor_view:
+            if i.arrival > ingest:
+                ingest = i.arrival
         replay = False
         members: dict[Modality, list[int]] = {}
         for m, items in owned.items():

@@ -177,7 +177,9 @@ class Timeline(_Record):
     """When a window passed each stage (µs since the epoch; 0 means not yet).
 
     ``capture_us`` is event time: the producer's ``t_us`` of the newest token in the window.
-    The others are the wall clock of the stage that set them.
+    The others are the wall clock of the stage that set them; ``ingest_us`` is when align
+    received the last token whose data the window carries, a member or a token a later
+    window owns (an audio chunk it cuts samples from, the sensor reading after its anchor).
     """
 
     capture_us: int = 0

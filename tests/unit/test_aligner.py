@@ -90,6 +90,38 @@ def test_aligner_emits_partial_window_when_audio_misses_deadline() -> None:
     assert out.windows[0].missing == [Modality.AUDIO]
 
 
+def test_a_window_is_ingested_when_the_last_data_it_carries_arrives() -> None:
+    # Chunks sent once captured whole, starting 2 ms before each 20-ms mark: the chunk
+    # covering an anchor often ends past the window's end. The window pairs with it and
+    # cuts samples from it, so it waits for it, though a later window owns it: align's
+    # stage starts when it arrives, not at the window's newest member (the 20 ms the
+    # microphone takes to record a chunk stays in e2e, from the newest member's capture).
+    lag = 1_000
+    tokens: list[tuple[int, Token]] = [(START + i * P + lag, video(seq=i, t_us=START + i * P))
+                                       for i in range(60)]
+    first = START - 2_000
+    tokens += [(first + (k + 1) * 20_000 + lag, audio(seq=k, t_us=first + k * 20_000))
+               for k in range(101)]
+    al, out = _aligner(estimate_offsets=False), AlignOutput()
+    arrivals: dict[tuple[Modality, int], int] = {}
+    for at, token in sorted(tokens, key=lambda x: x[0]):
+        arrivals[token.modality, token.seq] = at
+        out.extend(al.poll(at))
+        out.extend(al.add(token, at))
+    carried = 0
+    for w in out.windows[20:55]:
+        members = max(arrivals[m, seq] for m, seqs in w.members.items() for seq in seqs)
+        # The chunks it cut its audio from: those overlapping it, there when it went out.
+        cut = max(at for k in range(101)
+                  if first + k * 20_000 < w.t_end_us and first + (k + 1) * 20_000 > w.t_start_us
+                  and (at := arrivals[Modality.AUDIO, k]) <= w.timeline.aligned_us)
+        assert w.timeline.ingest_us == max(members, cut)
+        assert w.timeline.aligned_us == w.timeline.ingest_us  # emitted as it arrived
+        assert w.timeline.capture_us == max(t.t_us for t in [w.video, *w.sensor] if t)
+        carried += cut > members
+    assert carried >= 5  # ... and some windows did wait for a chunk they do not own
+
+
 def test_a_dead_modality_is_named_missing_but_not_waited_for() -> None:
     al = _aligner(idle_ms=100, max_wait_ms=1000)
     out = _feed(al, _av(frames=3, chunks=2))  # audio stops after 40 ms
