@@ -315,7 +315,8 @@ def broker(port: int | None, host: str) -> None:
 
     Prints its bootstrap address, then serves until SIGINT/SIGTERM. Point other commands
     at it with --bootstrap or LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS; set
-    LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS=5 for low latency against it.
+    LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS=5 for low latency against it, and
+    LOCKSTEP_KAFKA__LINGER_MS=2 so that producers send fewer, fuller requests.
     """
     from lockstep.streams.broker import EmbeddedBroker
 

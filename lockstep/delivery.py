@@ -278,7 +278,7 @@ class RetryingSender:
                  on_fail: Callable[[Outgoing, str], None], outage: OutageLog,
                  delivery_timeout_s: float = DELIVERY_TIMEOUT_S,
                  backoff_s: tuple[float, float] = (0.2, 5.0)) -> None:
-        """Configure the producer: all acks, 1 MB batches, 2 ms linger.
+        """Configure the producer: all acks, 1 MB batches, ``kafka.linger_ms``.
 
         Args:
             kafka: Connection settings.
@@ -312,7 +312,7 @@ class RetryingSender:
 
     def _make(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
-            **self._kafka.aiokafka_options(), acks="all", linger_ms=2,
+            **self._kafka.aiokafka_options(), acks="all", linger_ms=self._kafka.linger_ms,
             max_batch_size=1_048_576, max_request_size=self._kafka.max_record_bytes,
             request_timeout_ms=int(self.request_timeout_s * 1000))
 

@@ -174,11 +174,13 @@ class RoleSet:
                     await agent.close()
 
 
-def producer(kafka: KafkaSettings) -> AIOKafkaProducer:
-    """The process's producer: 1 MB batches, a short linger, every replica acknowledges."""
+def producer(kafka: KafkaSettings, *, linger_ms: float | None = None) -> AIOKafkaProducer:
+    """The process's producer: 1 MB batches, ``kafka.linger_ms``, every replica acknowledges."""
     return AIOKafkaProducer(
-        **kafka.aiokafka_options(), acks="all", linger_ms=2, max_batch_size=1_048_576,
-        max_request_size=kafka.max_record_bytes, request_timeout_ms=30_000)
+        **kafka.aiokafka_options(), acks="all",
+        linger_ms=kafka.linger_ms if linger_ms is None else linger_ms,
+        max_batch_size=1_048_576, max_request_size=kafka.max_record_bytes,
+        request_timeout_ms=30_000)
 
 
 async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telemetry,

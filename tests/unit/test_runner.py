@@ -1,3 +1,5 @@
+import asyncio
+
 import pytest
 
 from lockstep.errors import ConfigError
@@ -27,3 +29,26 @@ def test_a_pool_on_another_role_or_an_empty_pool_is_refused(text: str) -> None:
 def test_unknown_roles_are_refused_with_the_choices() -> None:
     with pytest.raises(ConfigError, match="choose from align, route, worker"):
         parse_roles("align,infer")
+
+
+def test_the_roles_producer_sends_at_once_unless_a_linger_is_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockstep.bench.pipeline.passthrough import LINGER_MS, _producer
+    from lockstep.runner import producer
+    from lockstep.streams.settings import load_settings
+
+    async def lingers() -> tuple[float, float, float]:
+        # aiokafka keeps the linger on its accumulator, in seconds (no public accessor).
+        kafka = load_settings().kafka
+        monkeypatch.setenv("LOCKSTEP_KAFKA__LINGER_MS", "7")
+        tuned = load_settings().kafka
+        made = (producer(kafka), producer(tuned), _producer(tuned))
+        for p in made:
+            await p.stop()  # never started: nothing to flush, only the client to close
+        return tuple(p._message_accumulator._linger_time  # type: ignore[return-value]
+                     for p in made)
+
+    monkeypatch.setenv("LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS", "localhost:9")
+    default, tuned, limit = asyncio.run(lingers())
+    assert (default, tuned) == (0.0, 0.007)
+    assert limit == LINGER_MS / 1000  # the pass-through keeps a throughput client's linger
