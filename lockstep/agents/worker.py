@@ -74,7 +74,10 @@ class WorkerAgent:
         await self.engine.start()
         ws = self.settings.worker
         caps = self.engine.capabilities
-        self.config = SchedulerConfig.from_settings(ws, min(ws.max_batch, caps.max_batch))
+        slo = self.settings.slo
+        self.config = SchedulerConfig.from_settings(
+            ws, min(ws.max_batch, caps.max_batch),
+            queue_budget_ms=slo.stage_budget_ms("queue", slo.default_class))
         latency = LatencyModel(LatencyPrior(), token_fractions=ws.degrade_fractions)
         if ws.warmup:
             await warm_up(self.engine, latency, self.config)

@@ -13,7 +13,8 @@ policy against a real engine, and the bench drives the three below on the same t
 - Dispatch when the batch is full, when the most urgent request's slack falls below the
   engine's expected latency for a batch one larger than now (P95, from
   :class:`~lockstep.engines.latency.LatencyModel`) plus a margin, when the oldest request has
-  waited ``max_queue_delay_us``, or at once when the engine is free and, at the arrival
+  waited ``max_queue_delay_us``, when a request to be batched is within the margin of its
+  ``queue`` stage budget (counted from route's receipt, when the worker sets one), or at once when the engine is free and, at the arrival
   rate of about the last second, not even one more request is expected before the batch
   would be due, or
   the engine serving batches of the queued size would be busy at most half the time
@@ -69,9 +70,14 @@ class SchedulerConfig:
     token_fractions: tuple[float, ...] = (1.0, 0.5, 0.25)
     degrade: bool = True
     shed: bool = True
+    #: The ``queue`` stage's P99 budget, µs, when the requests carry route's receipt time
+    #: (``timeline.routed_us``) on the scheduler's clock: a request is not held for company
+    #: past ``routed_us + queue_budget_us - margin_us``. None: no such bound (a trace).
+    queue_budget_us: int | None = None
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings, max_batch: int) -> SchedulerConfig:
+    def from_settings(cls, settings: WorkerSettings, max_batch: int, *,
+                      queue_budget_ms: float | None = None) -> SchedulerConfig:
         """The knobs of the worker settings, ``max_batch`` capped by the engine's."""
         return cls(
             max_batch=max_batch, max_queue=settings.max_queue,
@@ -79,7 +85,8 @@ class SchedulerConfig:
             margin_us=int(settings.margin_ms * 1000),
             priority_lead_us=int(settings.priority_lead_ms * 1000),
             full_tokens=settings.max_new_tokens, token_fractions=settings.degrade_fractions,
-            degrade=settings.degrade, shed=settings.shed)
+            degrade=settings.degrade, shed=settings.shed,
+            queue_budget_us=None if queue_budget_ms is None else int(queue_budget_ms * 1000))
 
     @property
     def levels(self) -> range:
@@ -254,6 +261,11 @@ class DeadlineScheduler(_Queue[H]):
         oldest = min(p.arrived_us for p in queue)
         grow = self.latency.expected_us(min(n + 1, cfg.max_batch)) + cfg.margin_us
         due = min(head_deadline - grow, oldest + cfg.max_queue_delay_us)
+        if cfg.queue_budget_us is not None:
+            # Company is worth waiting for only within the queue stage's own budget: it
+            # began at route's receipt, and the hop here has used part of it already.
+            routed = min(p.request.window.timeline.routed_us for p in queue[:n])
+            due = min(due, routed + cfg.queue_budget_us - cfg.margin_us)
         if n < cfg.max_batch and now_us < due and not self._go_now(n, due - now_us, now_us):
             return Decision(None, expired, due if wake is None else min(due, wake))
         batch = self._form(now_us)

@@ -332,3 +332,19 @@ def test_the_batch_choice_is_the_reference_candidate_by_candidate(
         s.admit(i, request(i, deadline_us=T0 + deadline_ms * MS, priority=quarters / 4), T0)
     level, members = s._choose(T0)
     assert (level, [p.handle for p in members]) == _choose_one_by_one(s, T0)
+
+
+def test_company_is_not_awaited_past_the_queue_stage_budget_counted_from_route() -> None:
+    # Slack of 100 ms and a 500-ms max delay would hold the request for ~87 ms; its queue
+    # stage began at route's receipt, 4 ms before it got here, with a 12-ms budget and a
+    # 1-ms margin: it goes 7 ms after admission at the latest.
+    s = _sched(queue_budget_us=12 * MS)
+    s.admit(0, request(0, deadline_us=T0 + 100 * MS, routed_us=T0 - 4 * MS), T0)
+    decision = s.poll(T0, free_slots=1)
+    assert decision.batch is None and decision.wake_us == T0 + 7 * MS
+    assert s.poll(T0 + 7 * MS - 1, free_slots=1).batch is None
+    assert s.poll(T0 + 7 * MS, free_slots=1).batch is not None
+    # Without the budget (a trace with no route) the slack alone decides, as before.
+    plain = _sched()
+    plain.admit(0, request(0, deadline_us=T0 + 100 * MS, routed_us=T0 - 4 * MS), T0)
+    assert plain.poll(T0, free_slots=1).wake_us == T0 + 87 * MS
