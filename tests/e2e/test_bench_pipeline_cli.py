@@ -61,6 +61,13 @@ def test_pipeline_bench_reports_stages_and_cpu_per_token_at_half_capacity(
     assert {"align", "route", "infer", "e2e"} <= set(stages)
     for stage in stages.values():
         assert stage["p50_ms"] is None or 0 <= stage["p50_ms"] <= stage["p99_ms"]
+    # Apart: the same step from half its 3 s on (every stream running), a later part of
+    # the same span, so never more observations of a stage than the whole step has.
+    steady = half["steady"]
+    assert steady["after_s"] == 1.5
+    later = steady["span"]["stages"]
+    assert "e2e" in later and later["e2e"]["count"] < stages["e2e"]["count"]
+    assert all(s["count"] <= stages[name]["count"] for name, s in later.items())
     per_token = half["cpu_ms_per_token"]
     assert set(per_token) >= ROLES and all(per_token[r] is not None for r in ROLES)
     assert sum(per_token[r] for r in ROLES) > 0

@@ -54,10 +54,15 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
     span = half["span"]
     lines += ["", f"at half capacity ({half['streams']} streams, attainment "
                   f"{value(span['attainment'], 'pct')}):"]
+    steady = half.get("steady")
+    later = steady["span"]["stages"] if steady else {}
     rows = [[stage, value(s["p50_ms"], "ms"), value(s["p99_ms"], "ms"),
+             value(later.get(stage, {}).get("p99_ms"), "ms"),
              value(s["budget_ms"], "ms"), f"{s['count']:,.0f}"]
             for stage, s in span["stages"].items()]
-    lines += table(["stage", "p50", "p99", "p99 budget", "count"], rows, markdown=markdown)
+    after = f"p99 after {steady['after_s']:g} s" if steady else "p99 after start"
+    lines += table(["stage", "p50", "p99", after, "p99 budget", "count"], rows,
+                   markdown=markdown)
     lines += ["", f"CPU ms per token: {_cpu_line(half['cpu_ms_per_token'])} (roles together "
                   f"{value(ratios['cpu_ms_per_token_roles_at_half'], 'f')})"]
     raw = report.get("passthrough")

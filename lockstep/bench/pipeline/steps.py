@@ -48,6 +48,8 @@ class Sampled:
     producer_cpu: dict[str, float] = field(default_factory=dict)
     #: Seconds since start at which each load's producers had all exited.
     ended: dict[str, float] = field(default_factory=dict)
+    #: The scrape taken ``steady_after_s`` into the span (when asked).
+    steady: Mapping[str, Scrape] | None = None
 
 
 def split(streams: int, per_producer: int) -> list[int]:
@@ -57,9 +59,14 @@ def split(streams: int, per_producer: int) -> list[int]:
 
 
 async def run_load(cluster: Cluster, loads: list[Load], *, drain_s: float = 15.0,
-                   scrape_every_s: float | None = None, rss_every_s: float | None = None
-                   ) -> tuple[dict[str, Any], Sampled]:
+                   scrape_every_s: float | None = None, rss_every_s: float | None = None,
+                   steady_after_s: float | None = None) -> tuple[dict[str, Any], Sampled]:
     """Run ``loads`` on the cluster; the span's figures (from start to drained) and samples.
+
+    With ``steady_after_s`` the report also has ``steady``: the figures from that many
+    seconds into the span to its end, once every stream has started (a stream's first
+    windows wait while its clocks are unknown; in a short span of new streams they are
+    about 1 % of the windows, enough to set a P99).
 
     Raises:
         BenchProcessError: A role exited meanwhile.
@@ -86,7 +93,7 @@ async def run_load(cluster: Cluster, loads: list[Load], *, drain_s: float = 15.0
 
     tasks = [asyncio.ensure_future(launch(load)) for load in loads]
     sampler = asyncio.ensure_future(_sample(cluster, producers, sampled, t0, scrape_every_s,
-                                            rss_every_s))
+                                            rss_every_s, steady_after_s))
     try:
         await asyncio.gather(*tasks)
         await _drained(cluster, drain_s)
@@ -111,6 +118,9 @@ async def run_load(cluster: Cluster, loads: list[Load], *, drain_s: float = 15.0
               for c in children if not summaries[c.label].get("ok")]
     if failed:
         report["producer_errors"] = failed
+    if sampled.steady is not None:
+        report["steady"] = {"after_s": steady_after_s,
+                            "span": figures(diff(after, sampled.steady), slo).as_json()}
     return report, sampled
 
 
@@ -146,7 +156,8 @@ def _span_report(loads: list[Load], span: SpanFigures, summaries: dict[str, dict
 
 
 async def _sample(cluster: Cluster, producers: Mapping[str, list[Child]], sampled: Sampled,
-                  t0: float, scrape_every_s: float | None, rss_every_s: float | None) -> None:
+                  t0: float, scrape_every_s: float | None, rss_every_s: float | None,
+                  steady_after_s: float | None) -> None:
     next_scrape = next_rss = 0.0
     while True:
         await asyncio.sleep(0.25)
@@ -155,6 +166,8 @@ async def _sample(cluster: Cluster, producers: Mapping[str, list[Child]], sample
             for child in children:
                 if child.running and (used := cpu_seconds(child.pid)) is not None:
                     sampled.producer_cpu[child.label] = used
+        if steady_after_s is not None and sampled.steady is None and now >= steady_after_s:
+            sampled.steady = await scrape(cluster.urls)
         if scrape_every_s and now >= next_scrape:
             sampled.scrapes.append((now, await scrape(cluster.urls)))
             next_scrape = now + scrape_every_s
