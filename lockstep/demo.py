@@ -300,11 +300,28 @@ def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, obse
             "attainment": _round(telemetry.slo_attainment()),
             "stage_budget_ms": settings.slo.stage_p99_ms,
         },
-        "sample_output": next((r.output for r in ledger.responses.values()
-                               if r.status == "ok"), None),
+        "sample_output": _sample_output(ledger),
         "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
         "verdict": _verdict(settings, telemetry, ledger, published, drained, machine),
     }
+
+
+def _sample_output(ledger: Ledger) -> str | None:
+    """One answer to show: of a window with every modality when there is one.
+
+    A stream's first windows go out before its audio and sensor clocks are known, without
+    them ("missing audio,sensor"); the first answer is one of those and would show the
+    demo at its least representative.
+    """
+    first = None
+    for key, response in ledger.responses.items():
+        if response.status != "ok":
+            continue
+        window = ledger.windows.get(key)
+        if window is not None and not window.missing:
+            return response.output
+        first = response.output if first is None else first
+    return first
 
 
 def _verdict(settings: Settings, telemetry: Telemetry, ledger: Ledger,
