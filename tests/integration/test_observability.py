@@ -151,14 +151,19 @@ async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recov
         listener, aligner = run.roles.listener, run.roles.aligners[0]
         assert listener is not None
         publishing = asyncio.create_task(publish_synthetic(
-            run.settings.kafka, [f"{run.prefix}a", f"{run.prefix}b"], 14.0, run.telemetry))
+            run.settings.kafka, [f"{run.prefix}a", f"{run.prefix}b"], 20.0, run.telemetry))
         try:
             assert await _until(lambda: listener.degraded("cabin"), 10.0), listener.events
             assert await _until(lambda: aligner.aligner.stride >= 2, 3.0)
             assert run.telemetry.registry.get_sample_value(
                 "lockstep_slo_degraded", {"slo_class": "cabin"}) == 1
             monkeypatch.setattr(SlowEngine, "delay_s", 0.0)  # the engine recovers
-            assert await _until(lambda: not listener.degraded("cabin"), 10.0), listener.events
+            # Up to 15 s: on a CI machine whose speed moved from run to run, the class stayed
+            # degraded through a 10-s wait once (CI at dd77b8d; the events were cut short in
+            # the report, so why is not known: they are printed in full now). Publishing
+            # lasts 20 s so that windows still come after the recovery.
+            assert await _until(lambda: not listener.degraded("cabin"), 15.0), "\n".join(
+                map(str, listener.events))
             recovered_us = time.time_ns() // 1000
             published = await publishing
         finally:
