@@ -14,9 +14,9 @@ policy against a real engine, and the bench drives the three below on the same t
   engine's expected latency for a batch one larger than now (P95, from
   :class:`~lockstep.engines.latency.LatencyModel`) plus a margin, when the oldest request has
   waited ``max_queue_delay_us``, when a request to be batched is within the margin of its
-  ``queue`` stage budget (counted from route's receipt, when the worker sets one), or at once when the engine is free and, at the arrival
-  rate of about the last second, not even one more request is expected before the batch
-  would be due, or
+  ``queue`` stage budget (counted from route's receipt, when the worker sets one), or at
+  once when the engine is free and, at the arrival rate of about the last second, not even
+  one more request is expected before the batch would be due, or
   the engine serving batches of the queued size would be busy at most half the time
   (batching saves engine time only where it is short).
 - Batch formation: among the candidates "the first n requests that finish in time in a

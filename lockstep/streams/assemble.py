@@ -12,6 +12,7 @@ re-validation (the hot path).
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
 
 from lockstep.streams.alignstate import DENSE, Plan, Stream
 from lockstep.streams.matching import Item, match_audio, match_ocr, match_sensors, with_speech
@@ -126,16 +127,11 @@ class WindowAssembler:
             state = states.get(m)
             if (state is None and m in expected) or (state is not None and not state.present):
                 missing.append(m)
-        capture = ingest = -(1 << 62)
+        capture = -(1 << 62)
         # The window also carries data of tokens a later window owns: audio cut from a chunk
         # that ends past its end, the sensor reading after the anchor it interpolates
         # towards. The stage starts when the last of its data arrived.
-        for i in audio_view:
-            if i.arrival > ingest:
-                ingest = i.arrival
-        for i in sensor_view:
-            if i.arrival > ingest:
-                ingest = i.arrival
+        ingest = max((i.arrival for i in chain(audio_view, sensor_view)), default=capture)
         replay = False
         members: dict[Modality, list[int]] = {}
         for m, items in owned.items():
