@@ -1,8 +1,12 @@
+from collections import deque
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lockstep.errors import ConfigError
 from lockstep.streams.settings import SloSettings, load_settings
-from lockstep.streams.slo import BREACH, RECOVERED, Degradation, SloMonitor, Transition
+from lockstep.streams.slo import BREACH, RECOVERED, Degradation, Samples, SloMonitor, Transition
 
 pytestmark = pytest.mark.unit
 
@@ -192,3 +196,24 @@ def test_the_budget_tree_gives_inference_what_the_other_stages_leave() -> None:
 def test_stage_budgets_that_exceed_a_class_budget_are_rejected() -> None:
     with pytest.raises(ConfigError, match=r"surgical.*exceed"):
         load_settings(slo={"stage_p99_ms": 16.0})  # 5 x 16 = 80: nothing left for surgical
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.lists(st.tuples(
+    st.integers(0, 50), st.lists(st.floats(0, 1, allow_nan=False), max_size=15), st.booleans()),
+    max_size=30), st.integers(0, 60))
+def test_the_sample_ring_holds_what_a_bounded_queue_of_the_latest_samples_holds(
+        capacity: int, batches: list[tuple[int, list[float], bool]], cut: int) -> None:
+    ring, model = Samples(capacity), deque[tuple[int, float]](maxlen=capacity)
+    for at_us, seconds, one_by_one in batches:
+        if one_by_one:
+            for v in seconds:
+                ring.append(at_us, v)
+        else:
+            ring.extend(at_us, iter(seconds))
+        model.extend((at_us, v) for v in seconds)
+        assert len(ring) == len(model)
+        if at_us % 3 == 0:  # read now and then: samples move from the lists to the arrays
+            assert sorted(ring.after(cut)) == sorted(v for t, v in model if t > cut)
+    assert ring.values() == [v for _, v in model]
+    assert sorted(ring.after(cut)) == sorted(v for t, v in model if t > cut)

@@ -74,7 +74,7 @@ def test_a_batch_of_observations_is_what_the_same_observations_one_by_one_give()
     later = time.monotonic_ns() // 1000 + 1_000_000
     assert batch_slo.evaluate(later) == one_slo.evaluate(later)
     key = ("transport", "cabin")
-    assert [v for _, v in batch_slo._tracks[key].samples] == values
+    assert batch_slo._tracks[key].samples.values() == values
 
 
 def test_an_unwatched_telemetry_labels_with_the_settings_default_class() -> None:
