@@ -3,7 +3,8 @@
 Starts the embedded broker unless a bootstrap server is given, creates the topics, runs
 align, route and worker, publishes synthetic streams in real time, then waits until every
 published token is accounted for (a window, a late record or a dead letter) and every
-window has a response, or until the drain timeout.
+window has a response, or until the drain timeout. The publisher and the ledger's reader
+(:mod:`lockstep.watch`) run in child processes: the roles' process does only their work.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,6 @@ from lockstep.agents.memory import freeze_startup_heap
 from lockstep.errors import BrokerError
 from lockstep.htmlreport import RunDetail, write_report
 from lockstep.ledger import Ledger
-from lockstep.observer import Observer
 from lockstep.publisher import PublishReport, publish_synthetic
 from lockstep.runner import prepare_topics, routed_pools, start_roles
 from lockstep.streams.app import ROLES, install_uvloop
@@ -39,6 +38,7 @@ from lockstep.streams.telemetry import Telemetry
 from lockstep.timeseries import TimedScrape
 from lockstep.topics.schemas import Modality
 from lockstep.verdict import MachineLoad, sla_verdict
+from lockstep.watch import WatchProcess
 
 
 @dataclass(frozen=True)
@@ -120,43 +120,48 @@ async def _run(settings: Settings, options: DemoOptions, *, embedded: bool) -> d
         "kafka": settings.kafka.model_copy(update={"new_group_offset": "latest"})})
     stream_ids = [f"{prefix}cam{i}" for i in range(options.streams)]
     scrapes: list[TimedScrape] = []
-    observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
-    await observer.start()
-    progress(f"starting align, route and worker (engine {settings.worker.engine}; a model "
-             "engine loads and warms up first)")
-    roles = await start_roles(settings, ROLES, telemetry, worker_pools=routed_pools(settings),
-                              connect_timeout_s=30.0)
+    # The ledger is kept in a process of its own: the demo's bookkeeping off the loop that
+    # every role shares. It starts while the roles do.
+    watch = WatchProcess(settings.kafka, prefix)
+    watch.start()
     try:
-        progress("joining the consumer groups")
-        if not await roles.wait_assigned(timeout_s=60.0):
-            raise BrokerError("the roles' consumer groups got no partitions within 60 s")
-        progress(f"publishing {options.streams} streams for {options.seconds:g} s")
-        load_before = os.getloadavg()[0]
-        sampling = (asyncio.create_task(_sample(telemetry, scrapes))
-                    if options.html_report is not None else None)
-        # The streams' producer runs in a process of its own, as cameras and microphones
-        # would: its work and its pauses are not the pipeline's.
-        published, publish_latencies = await publish_elsewhere(
-            settings.kafka, stream_ids, options.seconds, telemetry,
-            configs=scenario_configs(options.scenario, stream_ids),
-            inject_bad=options.inject_bad)
-        progress("waiting for the last windows and responses")
-        drained = await drain(observer, published, options.drain_s)
-        telemetry.stages("publish", publish_latencies)
-        if sampling is not None:
-            sampling.cancel()
-            await asyncio.gather(sampling, return_exceptions=True)
-        _scrape(telemetry, scrapes)
-        events = list(roles.listener.events) if roles.listener is not None else []
+        progress(f"starting align, route and worker (engine {settings.worker.engine}; a "
+                 "model engine loads and warms up first)")
+        roles = await start_roles(settings, ROLES, telemetry,
+                                  worker_pools=routed_pools(settings), connect_timeout_s=30.0)
+        try:
+            progress("joining the consumer groups")
+            if not await roles.wait_assigned(timeout_s=60.0):
+                raise BrokerError("the roles' consumer groups got no partitions within 60 s")
+            await watch.ready()
+            progress(f"publishing {options.streams} streams for {options.seconds:g} s")
+            load_before = os.getloadavg()[0]
+            sampling = (asyncio.create_task(_sample(telemetry, scrapes))
+                        if options.html_report is not None else None)
+            # The streams' producer runs in a process of its own, as cameras and
+            # microphones would: its work and its pauses are not the pipeline's.
+            published, publish_latencies = await publish_elsewhere(
+                settings.kafka, stream_ids, options.seconds, telemetry,
+                configs=scenario_configs(options.scenario, stream_ids),
+                inject_bad=options.inject_bad)
+            progress("waiting for the last windows and responses")
+            ledger, drained = await watch.drain(published, options.drain_s)
+            telemetry.stages("publish", publish_latencies)
+            if sampling is not None:
+                sampling.cancel()
+                await asyncio.gather(sampling, return_exceptions=True)
+            _scrape(telemetry, scrapes)
+            events = list(roles.listener.events) if roles.listener is not None else []
+        finally:
+            await roles.stop()
     finally:
-        await roles.stop()
-        await observer.stop()
-    report = _report(settings, options, telemetry, observer, published, drained,
+        await watch.stop()
+    report = _report(settings, options, telemetry, ledger, published, drained,
                      embedded=embedded, metrics_port=metrics_port,
                      machine=MachineLoad.now(before=load_before))
     if options.html_report is not None:
         write_report(options.html_report, [], settings.slo, scrapes=scrapes,
-                     detail=RunDetail.of_ledger(observer.ledger, settings.slo, events),
+                     detail=RunDetail.of_ledger(ledger, settings.slo, events),
                      title="Lockstep demo: SLA report",
                      meta={"broker": report["broker"], "streams": str(options.streams),
                            "seconds": str(report["seconds"]), "scenario": options.scenario})
@@ -228,33 +233,9 @@ def _publish_child(kafka: KafkaSettings, stream_ids: list[str], seconds: float,
     return report, array.array("d", recorder.samples)  # unpickled in one cheap call
 
 
-async def drain(observer: Observer, published: PublishReport, timeout_s: float) -> bool:
-    """Wait until the ledger closes: every token settled, every window answered."""
-    deadline = time.monotonic() + timeout_s
-    ledger = observer.ledger
-    # Which published tokens are still unaccounted for, worked out a slice at a time: at
-    # once, for tens of thousands of tokens, it held the roles' event loop ~0.1 s.
-    ledger.expect(())
-    keys = iter(published.keys)
-    while chunk := list(islice(keys, _EXPECT_SLICE)):
-        ledger.expect_more(chunk)
-        await asyncio.sleep(0)
-    while time.monotonic() < deadline:
-        if (not ledger.unaccounted_count and not ledger.unanswered()
-                and len(ledger.dead_letters) >= published.bad_records):
-            return True
-        await asyncio.sleep(0.1)  # the check is O(windows): not on every record read
-    return False
-
-
-#: Published tokens checked against the ledger between two turns of the event loop.
-_EXPECT_SLICE = 2000
-
-
-def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, observer: Observer,
+def _report(settings: Settings, options: DemoOptions, telemetry: Telemetry, ledger: Ledger,
             published: PublishReport, drained: bool, *, embedded: bool,
             metrics_port: int | None, machine: MachineLoad) -> dict[str, Any]:
-    ledger = observer.ledger
     routes = Counter(r.route for r in ledger.responses.values())
     per_stream = Counter(sid for sid, _ in ledger.responses)
     slo_class = settings.slo.default_class

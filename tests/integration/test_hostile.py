@@ -12,8 +12,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from lockstep.chaos.hostile import Hostile, hostile_records
-from lockstep.demo import drain
-from lockstep.observer import Observer
+from lockstep.observer import Observer, drain
 from lockstep.publisher import publish_synthetic
 from lockstep.runner import RoleSet, prepare_topics, start_roles
 from lockstep.streams.app import ROLES

@@ -21,11 +21,10 @@ from confluent_kafka.admin import NewTopic
 
 import lockstep.agents.worker
 from lockstep.agents.lag import LagExporter
-from lockstep.demo import drain
 from lockstep.engines.base import ItemResult, WorkItem
 from lockstep.engines.reference import ReferenceEngine
 from lockstep.metrics_view import fetch, parse, summarize
-from lockstep.observer import Observer
+from lockstep.observer import Observer, drain
 from lockstep.publisher import publish_synthetic
 from lockstep.runner import RoleSet, prepare_topics, start_roles
 from lockstep.streams.app import ROLES

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from lockstep.demo import drain
-from lockstep.observer import Observer
+from lockstep.observer import Observer, drain
 from lockstep.publisher import publish_synthetic
 from lockstep.runner import prepare_topics, start_roles
 from lockstep.streams.app import ROLES
