@@ -22,6 +22,7 @@ from lockstep.agents.readback import Output
 from lockstep.agents.replaykeys import settle_keys
 from lockstep.agents.source import Record, RoleConsumer
 from lockstep.errors import BadInput, ReasonCode
+from lockstep.streams.dedupe import RecentKeys
 from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.router import Router
 from lockstep.streams.settings import Settings
@@ -45,6 +46,8 @@ class RouteAgent:
         self.router = Router(route, settings.slo, max_streams=route.max_streams,
                              idle_ttl_us=int(route.stream_ttl_ms * 1000))
         self.trimmer = MemoryTrimmer()
+        #: Windows routed lately: a second copy (a produce retried) is not routed again.
+        self.recent = RecentKeys()
         self.slo = settings.slo
         self.outbox = outbox
         self.telemetry = telemetry
@@ -114,6 +117,10 @@ class RouteAgent:
             return
         key = window.stream_id.encode()
         if guarded and (window.stream_id, window.window_seq) in replay.keys:
+            acked()
+            return
+        if self.recent.seen(window.stream_id, window.window_seq):
+            self.telemetry.duplicates.labels(STAGE).inc()
             acked()
             return
         start_us = window.budget_start_us

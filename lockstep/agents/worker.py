@@ -31,6 +31,7 @@ from lockstep.engines.registry import create_engine
 from lockstep.engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
 from lockstep.engines.worker import build_response
 from lockstep.errors import BadInput, ReasonCode
+from lockstep.streams.dedupe import RecentKeys
 from lockstep.streams.replay import ReplayGuard
 from lockstep.streams.settings import Settings
 from lockstep.streams.telemetry import Telemetry
@@ -58,6 +59,8 @@ class WorkerAgent:
         self.settings = settings
         self.telemetry = telemetry
         self.outbox = outbox
+        #: Requests admitted lately: a second copy (a produce retried) is not answered again.
+        self.recent = RecentKeys()
         self.max_bytes = settings.kafka.max_record_bytes
         self.config = SchedulerConfig.from_settings(ws, ws.max_batch)
         self.dispatcher: Dispatcher[Handle] | None = None
@@ -134,6 +137,10 @@ class WorkerAgent:
                 continue
             window = request.window
             if guarded and (window.stream_id, window.window_seq) in replay.keys:
+                self._source.ack(tp, record.offset)
+                continue
+            if self.recent.seen(window.stream_id, window.window_seq):
+                self.telemetry.duplicates.labels(STAGE).inc()
                 self._source.ack(tp, record.offset)
                 continue
             if dispatcher.full:

@@ -95,6 +95,9 @@ class Telemetry:
             "lockstep_slo_violations", "Observations over their stage or e2e budget.",
             ["stage", "slo_class"], registry=r)
         self.windows = Counter("lockstep_windows", "Windows routed.", ["route"], registry=r)
+        self.duplicates = Counter(
+            "lockstep_duplicates", "Second copies of a window or request, not acted on.",
+            ["stage"], registry=r)
         self.tokens = Counter("lockstep_tokens", "Tokens by final outcome.",
                               ["modality", "outcome"], registry=r)
         self.batch_size = Histogram("lockstep_batch_size", "Requests per engine batch.",
