@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import multiprocessing as mp
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,8 +28,6 @@ from lockstep.observer import Observer, drain
 from lockstep.streams.app import install_uvloop
 from lockstep.streams.settings import KafkaSettings
 
-log = logging.getLogger(__name__)
-
 
 class WatchProcess:
     """An observer of the streams whose ids start with ``prefix``, in a child process.
@@ -40,8 +37,6 @@ class WatchProcess:
     """
 
     def __init__(self, kafka: KafkaSettings, prefix: str, *, timeout_s: float = 15.0) -> None:
-        self._kafka = kafka
-        self._prefix = prefix
         self._timeout_s = timeout_s
         context = mp.get_context("spawn")
         self._conn, child = context.Pipe()
