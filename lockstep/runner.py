@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from lockstep.agents.align import AlignAgent
 from lockstep.agents.lag import LagExporter
@@ -166,6 +167,13 @@ class RoleSet:
             if self.listener is not None:
                 await self.listener.stop()
             await self.app.stop()
+            if self.slo_task is not None:
+                # Before the producer goes: the other processes clear these breaches now,
+                # not after breach.ttl_ms (which still covers a process that cannot say so).
+                try:
+                    await self.slo_task.withdraw()
+                except (BrokerError, KafkaError) as error:  # a failed producer: stop anyway
+                    log.warning("breaches not withdrawn on stop: %s", error)
         finally:
             try:
                 await self.outbox.stop()

@@ -60,6 +60,15 @@ class SloTask:
             events.append(event)
         return events
 
+    async def withdraw(self) -> list[SloEvent]:
+        """Announce that the breaches this process holds are over (it is stopping)."""
+        events = [self.event(t) for t in self.monitor.withdraw(monotonic_us())]
+        for event in events:
+            log.info("slo withdrawn on stop: %s", event.stage,
+                     extra={"stage": event.stage, "slo_class": event.slo_class})
+            await self.outbox.send_record(catalog.SLO_EVENTS, event.slo_class.encode(), event)
+        return events
+
     def event(self, t: Transition) -> SloEvent:
         """The wire record of a transition."""
         return SloEvent(kind=t.kind, stage=t.stage, slo_class=t.slo_class,  # type: ignore[arg-type]

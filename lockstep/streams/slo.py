@@ -190,6 +190,26 @@ class SloMonitor:
                 out.append(transition)
         return out
 
+    def withdraw(self, now_us: int) -> list[Transition]:
+        """Clear every breach this monitor holds: its process is stopping.
+
+        Other processes forget a breach that is not re-announced only after
+        ``breach.ttl_ms`` (for a process that died); one that stops in an orderly way says
+        so at once, or a role scaled down during a breach would keep every class it named
+        in degraded mode for that long. The transitions carry no P99 (no evidence).
+        """
+        out = []
+        with self._lock:
+            for (stage, slo_class), track in self._tracks.items():
+                if not track.breached:
+                    continue
+                track.breached, track.recovered_us = False, now_us
+                track.over = track.under = 0
+                out.append(Transition(RECOVERED, stage, slo_class, 0.0,
+                                      self._slo.stage_budget_ms(stage, slo_class), 0, 0,
+                                      stage in self._b.degrade_on))
+        return out
+
     def breached(self) -> set[tuple[str, str]]:
         """The (stage, class) pairs in breach now."""
         return {key for key, track in self._tracks.items() if track.breached}

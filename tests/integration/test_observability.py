@@ -21,6 +21,7 @@ from confluent_kafka.admin import NewTopic
 
 import lockstep.agents.worker
 from lockstep.agents.lag import LagExporter
+from lockstep.agents.slo import SloListener
 from lockstep.engines.base import ItemResult, WorkItem
 from lockstep.engines.reference import ReferenceEngine
 from lockstep.metrics_view import fetch, parse, summarize
@@ -185,6 +186,30 @@ async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recov
     # after recovery, full windows take the full route again
     assert any(r.reason == "all_trusted" and r.timeline.routed_us > recovered_us
                for r in responses)
+
+
+async def test_roles_that_stop_withdraw_their_breaches_from_the_other_processes(
+        tansu: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the withdrawal another process keeps the class degraded for breach.ttl_ms
+    # (30 s) after the roles that raised the breach are gone: a role scaled down during a
+    # breach, or (in CI) the roles of the test before.
+    breach = {"window_ms": 1000, "evaluate_ms": 250, "min_samples": 5,
+              "degrade_on": ["infer"], "hold_ms": 1000, "hold_max_ms": 1000}
+    async with _running(tansu, monkeypatch, 0.15, breach=breach,
+                        stages_ms={"infer": 100.0}) as run:
+        other = SloListener(run.settings, Telemetry())
+        await other.start()
+        publishing = asyncio.create_task(publish_synthetic(
+            run.settings.kafka, [f"{run.prefix}a"], 6.0, run.telemetry))
+        assert await _until(lambda: other.degraded("cabin"), 10.0), other.events
+    try:
+        # the roles have stopped; the class clears long before the 30-s ttl
+        assert await _until(lambda: not other.degraded("cabin"), 5.0), "\n".join(
+            map(str, other.events))
+        assert any(e.kind == "recovered" and e.p99_ms == 0.0 for e in other.events)
+    finally:
+        await other.stop()
+        await publishing
 
 
 def test_consumer_lag_is_the_committed_offsets_behind_the_log_end(apache_kafka: str) -> None:

@@ -217,3 +217,17 @@ def test_the_sample_ring_holds_what_a_bounded_queue_of_the_latest_samples_holds(
             assert sorted(ring.after(cut)) == sorted(v for t, v in model if t > cut)
     assert ring.values() == [v for _, v in model]
     assert sorted(ring.after(cut)) == sorted(v for t, v in model if t > cut)
+
+
+def test_a_stopping_process_withdraws_its_breaches_at_once() -> None:
+    monitor = SloMonitor(_slo(degrade_on=["e2e"]))
+    for i in range(3):  # three windows over budget: both breach
+        _feed(monitor, "e2e", 500, i * S)
+        _feed(monitor, "route", 20, i * S)
+        monitor.evaluate((i + 1) * S)
+    assert monitor.breached() == {("e2e", "cabin"), ("route", "cabin")}
+    withdrawn = monitor.withdraw(7 * S)
+    assert {(t.kind, t.stage, t.degrade) for t in withdrawn} == {
+        (RECOVERED, "e2e", True), (RECOVERED, "route", False)}
+    assert not monitor.breached()
+    assert monitor.withdraw(8 * S) == []  # nothing left to withdraw
