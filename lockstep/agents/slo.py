@@ -56,7 +56,7 @@ class SloTask:
             log.warning("slo %s: %s p99 %.1f ms, budget %.1f ms", event.kind, event.stage,
                         event.p99_ms, event.budget_ms,
                         extra={"stage": event.stage, "slo_class": event.slo_class})
-            await self.outbox.send_record(catalog.SLO_EVENTS, event.slo_class.encode(), event)
+            await self._publish(event)
             events.append(event)
         return events
 
@@ -66,8 +66,12 @@ class SloTask:
         for event in events:
             log.info("slo withdrawn on stop: %s", event.stage,
                      extra={"stage": event.stage, "slo_class": event.slo_class})
-            await self.outbox.send_record(catalog.SLO_EVENTS, event.slo_class.encode(), event)
+            await self._publish(event)
         return events
+
+    async def _publish(self, event: SloEvent) -> None:
+        """Produce an event to ``slo.events``, keyed by its class."""
+        await self.outbox.send_record(catalog.SLO_EVENTS, event.slo_class.encode(), event)
 
     def event(self, t: Transition) -> SloEvent:
         """The wire record of a transition."""
