@@ -54,6 +54,8 @@ async def publish_synthetic(
     Waits for the broker first (up to ``delivery_timeout_s``). Every token captured in
     the first ``seconds`` is sent, also those that came due while a send waited for the
     broker; returns once each is acknowledged or given up on (``report.ok``: all were).
+    Each stream's last token of each modality is sent ``final``, so align closes the
+    stream's last window at once rather than at its deadline.
 
     Args:
         kafka: Connection settings.
@@ -83,9 +85,10 @@ async def publish_synthetic(
                             delivery_timeout_s=delivery_timeout_s)
     await sender.start()
     start_us = time.time_ns() // 1000
-    sources = [SyntheticStream(sid, start_us, (configs or {}).get(sid) or config
-                               or SyntheticConfig(), epoch_us) for sid in stream_ids]
     end_us = start_us + round(seconds * 1e6)
+    sources = [SyntheticStream(sid, start_us, (configs or {}).get(sid) or config
+                               or SyntheticConfig(), epoch_us, until_us=end_us)
+               for sid in stream_ids]
     bad_every = seconds / (inject_bad + 1) if inject_bad else 0.0
     bad_sent = 0
     begin = ticked = time.monotonic()

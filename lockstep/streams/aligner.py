@@ -15,8 +15,9 @@ Per stream:
   a fixed hop. Other modalities are paired with the anchor (:mod:`lockstep.streams.matching`) and
   the window assembled (:mod:`lockstep.streams.assemble`).
 * A window is emitted as soon as every expected modality has passed its end (its watermark,
-  or its cadence says its next token falls later), or when its deadline expires — then it
-  is partial and names what is missing. It never waits past the deadline.
+  its cadence says its next token falls later, or its ``final`` token came), or when its
+  deadline expires — then it is partial and names what is missing. It never waits past the
+  deadline. A stream whose every dense modality has sent its ``final`` token is flushed.
 * ``window_seq`` is the anchor frame's ``seq`` (or ``HOP_BASE`` + hop index without video),
   so a replay after a restart rebuilds the same idempotency keys; :meth:`Aligner.resume`
   continues after the windows a previous owner of the partition emitted.
@@ -196,6 +197,8 @@ class Aligner:
         if st.seen_before(m, seq):
             out.duplicates.append(TokenKey(stream_id, m, seq))
             return out
+        if token.final or m in st.final:
+            self._note_final(st, m, seq, token.final)
         if m is Modality.OCR:  # text is an event, not a capture at a cadence: no clock fit
             item = Item.of(t_us - self.text_offset_us, token, now_us)
         else:
@@ -228,6 +231,21 @@ class Aligner:
             out.windows += self._close_ready(stream_id, st, now_us, flush=False)
         self._schedule(stream_id, st)
         return out
+
+    def _note_final(self, st: Stream, m: Modality, seq: int, final: bool) -> None:
+        """Note a modality's last token, or a later token that resumes it."""
+        if final:
+            st.final[m] = max(seq, st.final.get(m, seq))
+        elif seq > st.final[m]:
+            del st.final[m]  # the stream sends this modality again
+        else:
+            return
+        st.pending, st.plan, st.wake_us, st.expect_until = None, None, 0, 0
+
+    def _ended(self, st: Stream) -> bool:
+        """Whether every dense modality the stream sent has had its ``final`` token."""
+        final = st.final
+        return bool(final) and all(m in final for m in st.last_seen if m in DENSE)
 
     def _schedule(self, stream_id: str, st: Stream) -> None:
         """Queue a poll of the stream at its ``wake_us`` (unless one is queued before)."""
@@ -414,6 +432,8 @@ class Aligner:
         return wait, check
 
     def _passed(self, st: Stream, m: Modality, end: int) -> bool:
+        if m in st.final:
+            return True  # its last token came: none will land in this window
         mark = st.watermark.get(m)
         if mark is None:
             return False
@@ -429,7 +449,7 @@ class Aligner:
         marks, limit = st.watermark, end + self.grace_us
         blocked = []
         for m in wait:
-            if m is Modality.VIDEO:
+            if m is Modality.VIDEO or m in st.final:
                 continue
             mark = marks.get(m)
             if mark is None:
@@ -472,7 +492,10 @@ class Aligner:
                 ready = not blocked
             deadline = end + st.lag_us + self.max_wait_us
             backlog = self._backlog(st)  # watermarks only, no deadline
-            if not (ready or flush or st.buffered > self.max_buffered
+            # A stream that has ended goes out whole; not in a backlog, where a modality it
+            # sends may not have been read yet.
+            ended = bool(st.final) and not backlog and self._ended(st)
+            if not (ready or flush or ended or st.buffered > self.max_buffered
                     or (now_us >= deadline and not backlog)):
                 # Until a token arrives (add re-plans), only the deadline or a modality
                 # going idle can change this.

@@ -131,6 +131,9 @@ class Stream:
     #: read, topic by topic, so its windows close on watermarks, like a backlog's.
     replay: bool = False
     last_anchor_seq: int | None = None
+    #: Per modality, the ``seq`` of its token marked ``final``: no more of it will come
+    #: (until a later ``seq`` does), so no window waits for it.
+    final: dict[Modality, int] = field(default_factory=dict)
     last_sensor: dict[str, Item] = field(default_factory=dict)
     last_ocr: list[Item] = field(default_factory=list)
     delay: LagFloor = field(default_factory=LagFloor)

@@ -120,7 +120,7 @@ def _cut(chunks: Sequence[Item], start: int, end: int,
                    encoding=encoding, sample_rate=rate, channels=channels,
                    duration_us=duration, data=bytes(out), modality=first.modality,
                    asr_confidence=confidence, asr_text=" ".join(texts) or None,
-                   replay=first.replay)
+                   replay=first.replay, final=False)
 
 
 def match_sensors(items: Sequence[Item], previous: dict[str, Item], anchor: int,
@@ -195,6 +195,7 @@ def _interpolate(before: Item | None, after: Item | None, anchor: int,
     w = (anchor - before.t) / (after.t - before.t)
     values = dict(bt.__dict__)
     values["t_us"] = anchor
+    values["final"] = False  # a reading made up at the anchor, not the stream's last
     values["values"] = [float(x + w * (y - x)) for x, y in zip(bt.values, at.values, strict=True)]
     return trusted(SensorToken, **values)
 

@@ -62,13 +62,17 @@ class SyntheticStream:
 
     ``epoch_us`` anchors the capture grid (and ``seq`` 0) there rather than at
     ``start_us``; the first token of each modality is then the first grid point at or
-    after ``start_us``.
+    after ``start_us``. With ``until_us`` the last token of each modality due by then is
+    marked ``final``.
     """
 
     stream_id: str
     start_us: int
     config: SyntheticConfig = field(default_factory=SyntheticConfig)
     epoch_us: int | None = None
+    #: When the stream stops (capture clock): each modality's last token before then is
+    #: sent ``final`` (None: the stream does not say it ends).
+    until_us: int | None = None
     _next_index: dict[Modality, int] = field(default_factory=dict)
     _encoder: _FrameEncoder | None = field(default=None, repr=False)
 
@@ -103,8 +107,12 @@ class SyntheticStream:
             if i is None:
                 i = self.first_seq(modality)
             lead = int(period) if whole and modality is Modality.AUDIO else 0
+            until = self.until_us
             while origin + int(i * period) + lead <= now_us:
-                tokens.append(self._make(modality, i, origin + int(i * period)))
+                token = self._make(modality, i, origin + int(i * period))
+                if until is not None and origin + int((i + 1) * period) + lead > until:
+                    token = token.model_copy(update={"final": True})
+                tokens.append(token)
                 i += 1
             self._next_index[modality] = i
         tokens.sort(key=lambda t: t.t_us)

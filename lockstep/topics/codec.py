@@ -78,6 +78,8 @@ _KINDS: Final[dict[type[BaseModel], Kind]] = {model: kind for kind, model in MOD
 TOKEN_KINDS: Final = frozenset({Kind.VIDEO, Kind.AUDIO, Kind.OCR, Kind.SENSOR})
 #: Kinds whose unknown keys are rejected (producers' records); the others ignore them.
 STRICT_KINDS: Final = TOKEN_KINDS
+#: Token flags sent only when true.
+_OPTIONAL_FLAGS: Final = frozenset({"replay", "final"})
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -98,10 +100,11 @@ def encode(record: BaseModel) -> bytes:
     if kind is None:
         raise TypeError(f"{type(record).__name__} is not a Lockstep wire record")
     fields = record.__dict__
-    if kind in TOKEN_KINDS and not fields["replay"]:
-        # Tokens are read strictly: ``replay`` is sent only when set, so a live token
-        # stays readable by aligners that predate the field (docs/wire-format.md §4).
-        fields = {k: v for k, v in fields.items() if k != "replay"}
+    if kind in TOKEN_KINDS and not (fields["replay"] and fields["final"]):
+        # Tokens are read strictly: ``replay`` and ``final`` are sent only when set, so a
+        # token without them stays readable by aligners that predate the fields
+        # (docs/wire-format.md §4).
+        fields = {k: v for k, v in fields.items() if k not in _OPTIONAL_FLAGS or v}
     body = msgpack.packb(fields, default=_plain, use_bin_type=True)
     return MAGIC + bytes((VERSION, kind)) + body
 

@@ -83,6 +83,10 @@ class _Token(_Record):
     #: captured): its windows are answered but kept out of the live SLO figures. Sent only
     #: when true (docs/wire-format.md §4).
     replay: StrictBool = False
+    #: The last token of its modality in this stream (a camera or file that stops): align
+    #: waits for no more of the modality, so the stream's last window closes at once
+    #: instead of at its deadline. Sent only when true (docs/wire-format.md §4).
+    final: StrictBool = False
 
 
 class VideoToken(_Token):
