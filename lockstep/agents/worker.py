@@ -62,6 +62,11 @@ class WorkerAgent:
         #: Requests admitted lately: a second copy (a produce retried) is not answered again.
         self.recent = RecentKeys()
         self.max_bytes = settings.kafka.max_record_bytes
+        kafka = settings.kafka
+        #: How long releasing partitions waits for the running batches (a fifth of the
+        #: group's rebalance timeout; the producer's flush after it may take the rest).
+        self.settle_timeout_s = max(kafka.rebalance_timeout_ms,
+                                    kafka.session_timeout_ms) * 0.2 / 1000.0
         self.config = SchedulerConfig.from_settings(ws, ws.max_batch)
         self.dispatcher: Dispatcher[Handle] | None = None
         self._dispatching: asyncio.Task[None] | None = None
@@ -107,8 +112,29 @@ class WorkerAgent:
         settle_keys(replay, outputs, STAGE)
 
     async def on_revoked(self, partitions: Sequence[TopicPartition]) -> None:
-        """Queued requests of revoked partitions stay: answering them twice is harmless."""
+        """Give back the queued requests of revoked partitions; finish the running batches.
+
+        The partitions' next owner reads every request not yet acknowledged here again, so
+        one still queued here would be answered by both. Those are taken out of the queue
+        unanswered (and their keys forgotten, for when a partition comes back). A batch
+        already running is waited for, so its answers are acknowledged and committed
+        before the partitions are released.
+        """
         self._replay.drop(list(partitions))
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            return
+        lost = {(tp.topic, tp.partition) for tp in partitions}
+        withdrawn = dispatcher.withdraw(lambda record: (record.topic, record.partition) in lost)
+        for request in withdrawn:
+            self.recent.forget(request.window.stream_id, request.window.window_seq)
+        if not await dispatcher.settle(self.settle_timeout_s):
+            log.warning("partitions released while a batch still runs: its requests may be "
+                        "answered by their next owner as well",
+                        extra={"stage": STAGE, "pool": self.pool})
+        if withdrawn:
+            log.info("gave back %d queued requests of revoked partitions", len(withdrawn),
+                     extra={"stage": STAGE, "pool": self.pool})
 
     async def on_tick(self, now_us: int) -> None:
         """Raise what failed in the dispatcher (its own task owns the deadlines)."""

@@ -123,6 +123,25 @@ class Dispatcher(Generic[H]):
             for task in list(self._inflight):
                 task.cancel()
 
+    def withdraw(self, drop: Callable[[H], bool]) -> list[Request]:
+        """Take queued requests (whose handle ``drop`` selects) back, unanswered."""
+        taken = self.policy.withdraw(drop)
+        if taken:
+            self._after_dequeue()
+            self._changed.set()
+        return [p.request for p in taken]
+
+    async def settle(self, timeout_s: float) -> bool:
+        """Wait for the batches running now to hand their outcomes to the sink.
+
+        Returns:
+            Whether they all did within ``timeout_s``.
+        """
+        if not self._inflight:
+            return True
+        _, running = await asyncio.wait(list(self._inflight), timeout=timeout_s)
+        return not running
+
     async def drain(self, poll_s: float = 0.005) -> None:
         """Return once nothing is queued or running (for benches and tests)."""
         while not self.idle:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -150,6 +150,9 @@ class BatchPolicy(Protocol[H]):
     def full(self) -> bool:
         """Whether admission must stop (backpressure)."""
 
+    def withdraw(self, drop: Callable[[H], bool]) -> list[Pending[H]]:
+        """Take the queued requests whose handle ``drop`` selects out of the queue."""
+
 
 def uncertainty(request: Request) -> float:
     """``H(c) * (1 - c)`` of the gate's confidence ``c`` (binary entropy, bits)."""
@@ -196,6 +199,19 @@ class _Queue(Generic[H]):
     def full(self) -> bool:
         """Whether admission must stop (backpressure)."""
         return len(self._queue) >= self.config.max_queue
+
+    def withdraw(self, drop: Callable[[H], bool]) -> list[Pending[H]]:
+        """Take the queued requests whose handle ``drop`` selects out of the queue.
+
+        The others keep their order. (A worker gives back the requests of partitions it
+        no longer owns: their next owner reads them again.)
+        """
+        kept: list[Pending[H]] = []
+        taken: list[Pending[H]] = []
+        for p in self._queue:
+            (taken if drop(p.handle) else kept).append(p)
+        self._queue = kept
+        return taken
 
     def _pending(self, handle: H, request: Request, now_us: int,
                  order: tuple[int, float, int]) -> Pending[H]:

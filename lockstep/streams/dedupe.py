@@ -41,3 +41,9 @@ class RecentKeys:
         if len(self._now) >= self.capacity:
             self._before, self._now = self._now, set()
         return False
+
+    def forget(self, stream_id: str, window_seq: int) -> None:
+        """Forget a key: it was given back unanswered, and may come again to be acted on."""
+        key = hash((stream_id, window_seq))
+        self._now.discard(key)
+        self._before.discard(key)

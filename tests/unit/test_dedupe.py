@@ -21,3 +21,13 @@ def test_keys_are_remembered_for_at_least_one_generation_and_the_memory_is_bound
         assert all(recent.seen("cam", s) for s in range(max(0, seq - 99), seq + 1))
         assert len(recent) <= 2 * 100
     assert not recent.seen("cam", 0)  # long gone: forgotten
+
+
+def test_a_forgotten_key_is_new_again_and_the_others_stay_known() -> None:
+    keys = RecentKeys(capacity=4)
+    for seq in range(6):  # across two generations
+        keys.seen("s", seq)
+    keys.forget("s", 1)
+    keys.forget("s", 5)
+    assert not keys.seen("s", 1) and not keys.seen("s", 5)
+    assert keys.seen("s", 4)

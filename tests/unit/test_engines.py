@@ -197,6 +197,33 @@ async def test_dispatcher_answers_every_request_once_and_learns_the_engine() -> 
     assert telemetry.requests.labels("vl", "ok")._value.get() == 10
 
 
+async def test_withdrawn_requests_go_unanswered_and_settle_waits_for_the_running_batch() -> None:
+    outcomes: list[Outcome[int]] = []
+
+    async def sink(batch: list[Outcome[int]]) -> None:
+        outcomes.extend(batch)
+
+    async with SimulatedEngine(fixed_s=0.05, per_item_s=0.0, per_token_s=0.0) as engine:
+        config = SchedulerConfig(max_batch=2, max_queue=16, max_queue_delay_us=0)
+        dispatcher: Dispatcher[int] = Dispatcher(engine, DeadlineScheduler(config),
+                                                 _wall_us, sink)
+        now = _wall_us()
+        for i in range(8):
+            dispatcher.admit(i, request(i, deadline_us=now + 10_000_000))
+        runner = asyncio.ensure_future(dispatcher.run())
+        for _ in range(1000):  # until the first batch is running
+            if engine.batches:
+                break
+            await asyncio.sleep(0.001)
+        withdrawn = dispatcher.withdraw(lambda handle: handle >= 4)
+        assert sorted(r.window.window_seq for r in withdrawn) == [4, 5, 6, 7]
+        assert await dispatcher.settle(5.0)
+        assert {0, 1} <= {o.handle for o in outcomes}  # the batch running was answered
+        await asyncio.wait_for(dispatcher.drain(), 5)
+        runner.cancel()
+    assert sorted(o.handle for o in outcomes) == [0, 1, 2, 3]
+
+
 async def test_dispatcher_answers_hopeless_requests_as_expired_without_running_them() -> None:
     async with SimulatedEngine(fixed_s=0.004, per_token_s=0.0) as engine:
         outcomes, telemetry = await _dispatch(engine, [(0, 1), (1, 500)])

@@ -348,3 +348,17 @@ def test_company_is_not_awaited_past_the_queue_stage_budget_counted_from_route()
     plain = _sched()
     plain.admit(0, request(0, deadline_us=T0 + 100 * MS, routed_us=T0 - 4 * MS), T0)
     assert plain.poll(T0, free_slots=1).wake_us == T0 + 87 * MS
+
+
+@pytest.mark.parametrize("policy", ["lockstep", "fifo", "batch1"])
+def test_withdraw_takes_the_selected_requests_out_and_keeps_the_others_in_order(
+        policy: str) -> None:
+    q = make_policy(policy, SchedulerConfig(max_batch=8, max_queue_delay_us=0, shed=False))
+    for i in range(6):
+        q.admit(i, request(i, deadline_us=T0 + (10 + i) * MS), T0)
+    taken = q.withdraw(lambda handle: handle % 2 == 1)
+    assert [p.handle for p in taken] == [1, 3, 5] and q.depth == 3
+    served: list[int] = []
+    while (batch := q.poll(T0, free_slots=1).batch) is not None:
+        served.extend(p.handle for p in batch.members)
+    assert served == [0, 2, 4]
