@@ -196,9 +196,16 @@ class Aligner:
             self._schedule(stream_id, st)
         if st.seen_before(m, seq):
             out.duplicates.append(TokenKey(stream_id, m, seq))
+            if token.final and m not in st.final:
+                # The last token sent again, marked: the producer learnt of the end after
+                # the fact. The copy is not aligned again, but the modality has ended.
+                self._note_final(st, m, seq, final=True)
+                if st.buffered:
+                    out.windows += self._close_ready(stream_id, st, now_us, flush=False)
+                self._schedule(stream_id, st)
             return out
         if token.final or m in st.final:
-            self._note_final(st, m, seq, token.final)
+            self._note_final(st, m, seq, final=token.final)
         if m is Modality.OCR:  # text is an event, not a capture at a cadence: no clock fit
             item = Item.of(t_us - self.text_offset_us, token, now_us)
         else:
@@ -232,7 +239,7 @@ class Aligner:
         self._schedule(stream_id, st)
         return out
 
-    def _note_final(self, st: Stream, m: Modality, seq: int, final: bool) -> None:
+    def _note_final(self, st: Stream, m: Modality, seq: int, *, final: bool) -> None:
         """Note a modality's last token, or a later token that resumes it."""
         if final:
             st.final[m] = max(seq, st.final.get(m, seq))

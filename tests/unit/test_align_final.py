@@ -128,3 +128,16 @@ def test_a_stream_that_ended_read_back_topic_by_topic_sends_nothing_late() -> No
     out.extend(al.poll(now))
     assert out.late == []
     assert al.open_windows == 0 and _members(out) == len(tokens)
+
+
+def test_the_last_tokens_sent_again_as_final_end_the_stream_after_the_fact() -> None:
+    al = Aligner(AlignSettings(), "cabin")
+    tokens = _tokens(final=False)
+    out, now = _feed(al, tokens)
+    assert al.open_windows > 0  # waiting for more audio
+    for m in (Modality.VIDEO, Modality.AUDIO, Modality.SENSOR):
+        last = max((t for t in tokens if t.modality is m), key=lambda t: t.seq)
+        again = al.add(last.model_copy(update={"final": True}), now + 1_000)
+        assert [k.seq for k in again.duplicates] == [last.seq]  # not aligned twice
+        out.extend(again)
+    assert al.open_windows == 0 and _members(out) == len(tokens)
