@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Literal
 
@@ -172,11 +172,14 @@ class Publisher:
         """
         self._replay = frozenset(stream_ids)
 
-    def publish(self, token: Token) -> None:
+    def publish(self, token: Token) -> bool:
         """Encode and produce one token; block while the in-flight bound is reached.
 
         A token captured more than ``max_future_ms`` ahead of the clock is not sent: it
         counts as refused (and failed), with the reason among the errors.
+
+        Returns:
+            Whether it was sent (False: refused).
 
         Raises:
             BrokerError: No room in flight within ``block_timeout_s``, or the producer
@@ -189,11 +192,42 @@ class Publisher:
             if ahead_us > self._max_future_us:
                 self._refuse(modality, key, f"t_us {token.t_us} is {ahead_us / 1e6:,.1f} s "
                              "ahead of the clock")
-                return
+                return False
+        value = self._produce(token, partial(self._on_delivery, modality, token.t_us, key))
+        with self._lock:
+            self._sent[modality] += 1
+            self._bytes += len(value)
+        self._serve()
+        return True
+
+    def end(self, tokens: Iterable[Token]) -> None:
+        """Say that these tokens, already published, were the last of their modality.
+
+        Each is sent again with ``final`` (the same ``seq``): align counts the copy as a
+        duplicate, aligns nothing twice, and waits for no more of the modality, so the
+        stream's last window closes now instead of at its deadline (wire format §6).
+        Pass tokens :meth:`publish` sent (it returned True). Copies are not counted in
+        :meth:`stats`; one that is not delivered only costs that wait, and its error is
+        listed among the errors.
+
+        Raises:
+            BrokerError: As :meth:`publish`.
+        """
+        for token in tokens:
+            if not token.final:
+                token = token.model_copy(update={"final": True})
+            self._produce(token, partial(self._on_end_delivery, token.modality.value))
+            self._serve()
+
+    def _produce(self, token: Token, callback: Callable[[KafkaError | None, Message], None]
+                 ) -> bytes:
+        """Encode and produce a token (blocking while the in-flight bound is reached).
+
+        The caller counts it, then calls :meth:`_serve`, which may run its delivery callback.
+        """
         if token.stream_id in self._replay and not token.replay:
             token = token.model_copy(update={"replay": True})
         value = encode(token)
-        callback = partial(self._on_delivery, modality, token.t_us, key)
         deadline = time.monotonic() + self._block_timeout_s
         while True:
             try:
@@ -208,12 +242,21 @@ class Publisher:
                 self._producer.poll(0.05)
                 self.outage.check(len(self._producer))
             except KafkaException as exc:
-                raise BrokerError(f"cannot produce a {modality} token: {exc}") from None
-        with self._lock:
-            self._sent[modality] += 1
-            self._bytes += len(value)
+                raise BrokerError(f"cannot produce a {token.modality.value} token: {exc}"
+                                  ) from None
+        return value
+
+    def _serve(self) -> None:
+        """Run the delivery callbacks that are due; note an outage."""
         self._producer.poll(0)
         self.outage.check(len(self._producer))
+
+    def _on_end_delivery(self, modality: str, error: KafkaError | None,
+                         message: Message) -> None:
+        del message
+        if error is not None:
+            with self._lock:
+                self._note(f"{modality} end of stream: {error.str()}")
 
     def _refuse(self, modality: str, key: TokenKey | None, reason: str) -> None:
         with self._lock:

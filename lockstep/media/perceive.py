@@ -158,7 +158,7 @@ class PerceptionMetrics:
 class TextSink:
     """Numbers a stream's text tokens and publishes them when their text becomes known."""
 
-    def __init__(self, stream_id: str, publish: Callable[[Token], None]) -> None:
+    def __init__(self, stream_id: str, publish: Callable[[Token], object]) -> None:
         self.stream_id = stream_id
         self._publish = publish
         self._lock = threading.Lock()
@@ -230,7 +230,7 @@ class StreamPerception:
     """
 
     def __init__(self, stream_id: str, options: PerceptionOptions,
-                 publish: Callable[[Token], None], metrics: PerceptionMetrics) -> None:
+                 publish: Callable[[Token], object], metrics: PerceptionMetrics) -> None:
         self.options = options
         self.metrics = metrics
         self.sink = TextSink(stream_id, publish)

@@ -22,7 +22,8 @@ from lockstep.media.source import MediaOptions, MediaSource
 from lockstep.media.timing import Pacer
 from lockstep.publishcheck import CaptureSpan
 from lockstep.publisher import Publisher
-from lockstep.topics.schemas import OcrToken, SensorToken, Token
+from lockstep.streams.alignstate import DENSE
+from lockstep.topics.schemas import Modality, OcrToken, SensorToken, Token
 
 
 @dataclass(frozen=True)
@@ -180,16 +181,20 @@ class MediaPublish:
     def _stream(self, source: MediaSource, side: list[OcrToken | SensorToken],
                 progress: StreamProgress, perceiver: StreamPerception | None) -> None:
         pacer = Pacer(self.realtime)
+        last: dict[Modality, Token] = {}  # of each dense modality, for the end of the stream
         try:
             for token in _merged(source.tokens(progress.plan.stream_id), side):
                 if self.stop.is_set():
                     progress.error = "interrupted"
                     return
                 pacer.wait(token.t_us)
-                self._send(progress, token)
+                if self._send(progress, token) and token.modality in DENSE:
+                    last[token.modality] = token
                 progress.media_s = source.decoded_s
                 if perceiver is not None:
                     perceiver.observe(token)
+            # The source has ended: align need not wait for more of it (wire format §6).
+            self.publisher.end(last.values())
         except LockstepError as exc:
             progress.error = str(exc)
         finally:
@@ -198,10 +203,15 @@ class MediaPublish:
                 progress.perception_errors.extend(errors)
             progress.done = True
 
-    def _send(self, progress: StreamProgress, token: Token) -> None:
-        """Publish a token of a stream and count it (from its thread or a recogniser's)."""
-        self.publisher.publish(token)
+    def _send(self, progress: StreamProgress, token: Token) -> bool:
+        """Publish a token of a stream and count it (from its thread or a recogniser's).
+
+        Returns:
+            Whether it was sent (not refused).
+        """
+        sent = self.publisher.publish(token)
         progress.count(token.modality.value)
+        return sent
 
 
 def _merged(media: Iterator[Token], side: list[OcrToken | SensorToken]) -> Iterator[Token]:

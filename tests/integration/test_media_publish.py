@@ -8,6 +8,7 @@ import secrets
 import time
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -19,7 +20,7 @@ from lockstep.streams.settings import Settings, load_settings
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode
-from lockstep.topics.schemas import AudioToken, OcrToken, SensorToken, VideoToken
+from lockstep.topics.schemas import AudioToken, OcrToken, SensorToken, Token, VideoToken
 from tests.clirun import lockstep as _cli
 
 pytestmark = pytest.mark.integration
@@ -80,7 +81,15 @@ async def test_a_published_file_arrives_whole_at_its_pts(apache_kafka: str,
     assert report["delivery"] == {m: {"sent": n, "acked": n, "failed": 0}
                                   for m, n in expected.items()}
 
-    tokens = await _media_records(settings, sid, sum(expected.values()), timeout_s=30.0)
+    # Every token, and at the end a copy of the last video, audio and sensor token marked
+    # final (the stream has ended: align waits for no more of them).
+    records = cast(list[Token], await _media_records(settings, sid,
+                                                     sum(expected.values()) + 3, 30.0))
+    ends = [t for t in records if t.final]
+    tokens = [t for t in records if not t.final]
+    assert sorted(t.modality.value for t in ends) == ["audio", "sensor", "video"]
+    for end in ends:
+        assert end.seq == max(t.seq for t in tokens if t.modality is end.modality)
     assert Counter(type(t).__name__ for t in tokens) == {
         "VideoToken": 60, "AudioToken": expected["audio"], "OcrToken": expected["ocr"],
         "SensorToken": expected["sensor"]}

@@ -164,6 +164,10 @@ async def test_tokens_align_would_dead_letter_are_refused_and_publish_exits_1_sa
         f"lockstep: error: {report['refused']:,} of 240 tokens refused before sending, as "
         "align would dead-letter them (video: refused before sending: captured more than "
         "5 s ahead of the clock"), err[-2000:]
-    sent = await _records(settings, list(catalog.MEDIA.values()), sid.encode(), 1.5)
+    records = await _records(settings, list(catalog.MEDIA.values()), sid.encode(), 1.5)
+    sent = [t for t in records if not getattr(t, "final", False)]
     assert len(sent) == report["acked"]
-    assert all(getattr(t, "replay", False) for t in sent)
+    assert all(getattr(t, "replay", False) for t in records)
+    # The source ended: its last frame sent (not one refused) is sent again, marked final.
+    [end] = [t for t in records if getattr(t, "final", False)]
+    assert getattr(end, "seq", None) == max(getattr(t, "seq", -1) for t in sent)
