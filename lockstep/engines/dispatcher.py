@@ -106,6 +106,9 @@ class Dispatcher(Generic[H]):
         try:
             while True:
                 self._raise_if_failed()
+                # Cleared before the poll, never after: an admission or a finished batch
+                # from here on (during the expired answers' send, say) wakes the wait below.
+                self._changed.clear()
                 now = self.clock_us()
                 decision = self.policy.poll(now, self.max_inflight - len(self._inflight))
                 if decision.expired:
@@ -116,7 +119,6 @@ class Dispatcher(Generic[H]):
                 self._gauge()
                 timeout = None if decision.wake_us is None else max(
                     0.0, (decision.wake_us - self.clock_us()) / 1e6)
-                self._changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), timeout)
         finally:

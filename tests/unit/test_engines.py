@@ -224,6 +224,37 @@ async def test_withdrawn_requests_go_unanswered_and_settle_waits_for_the_running
     assert sorted(o.handle for o in outcomes) == [0, 1, 2, 3]
 
 
+async def test_requests_admitted_while_expired_ones_are_answered_are_dispatched() -> None:
+    # A restarted worker reads a backlog: the first requests are already hopeless, and
+    # while their expired answers are being sent, more are admitted. The dispatcher must
+    # see them (it once cleared the wake-up after that send and waited for good).
+    outcomes: list[Outcome[int]] = []
+    dispatcher: Dispatcher[int]
+    all_answered = asyncio.Event()
+
+    async def sink(batch: list[Outcome[int]]) -> None:
+        outcomes.extend(batch)
+        if len(outcomes) >= 4:
+            all_answered.set()
+        if any(o.status == "expired" for o in batch):
+            await asyncio.sleep(0)  # the send of the expired answers yields...
+            now = _wall_us()
+            for i in range(1, 4):  # ...and meanwhile the agent admits what it read next
+                dispatcher.admit(i, request(i, deadline_us=now + 10_000_000))
+            await asyncio.sleep(0)
+
+    async with SimulatedEngine(fixed_s=0.001, per_token_s=0.0) as engine:
+        config = SchedulerConfig(max_batch=4, max_queue_delay_us=0)
+        dispatcher = Dispatcher(engine, DeadlineScheduler(config), _wall_us, sink)
+        dispatcher.admit(0, request(0, deadline_us=_wall_us() - 1_000))  # hopeless
+        runner = asyncio.ensure_future(dispatcher.run())
+        try:
+            await asyncio.wait_for(all_answered.wait(), 5.0)
+        finally:
+            runner.cancel()
+    assert {o.handle: o.status for o in outcomes} == {0: "expired", 1: "ok", 2: "ok", 3: "ok"}
+
+
 async def test_dispatcher_answers_hopeless_requests_as_expired_without_running_them() -> None:
     async with SimulatedEngine(fixed_s=0.004, per_token_s=0.0) as engine:
         outcomes, telemetry = await _dispatch(engine, [(0, 1), (1, 500)])
