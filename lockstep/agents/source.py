@@ -151,6 +151,11 @@ class RoleConsumer(mode.Service):
         assert self._consumer is not None, "not started"
         return self._consumer
 
+    @property
+    def rebalance_timeout_s(self) -> float:
+        """The group's rebalance timeout: how long a member may take to hand over."""
+        return self._rebalance_ms / 1000.0
+
     async def on_start(self) -> None:
         """Connect (waiting for the cluster) and join the group."""
         kafka = self.kafka
@@ -261,7 +266,7 @@ class RoleConsumer(mode.Service):
             return
         async with self.lock:  # the batch in progress finishes first
             await self.agent.on_revoked(revoked)
-            if not await self.outbox.flush(timeout_s=self._rebalance_ms * 0.8 / 1000.0):
+            if not await self.outbox.flush(timeout_s=self.rebalance_timeout_s * 0.8):
                 log.warning("partitions released with records still in flight; their inputs "
                             "stay uncommitted and are replayed", extra={"group": self.group})
             await self.commit()

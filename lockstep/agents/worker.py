@@ -62,11 +62,6 @@ class WorkerAgent:
         #: Requests admitted lately: a second copy (a produce retried) is not answered again.
         self.recent = RecentKeys()
         self.max_bytes = settings.kafka.max_record_bytes
-        kafka = settings.kafka
-        #: How long releasing partitions waits for the running batches (a fifth of the
-        #: group's rebalance timeout; the producer's flush after it may take the rest).
-        self.settle_timeout_s = max(kafka.rebalance_timeout_ms,
-                                    kafka.session_timeout_ms) * 0.2 / 1000.0
         self.config = SchedulerConfig.from_settings(ws, ws.max_batch)
         self.dispatcher: Dispatcher[Handle] | None = None
         self._dispatching: asyncio.Task[None] | None = None
@@ -128,7 +123,10 @@ class WorkerAgent:
         withdrawn = dispatcher.withdraw(lambda record: (record.topic, record.partition) in lost)
         for request in withdrawn:
             self.recent.forget(request.window.stream_id, request.window.window_seq)
-        if not await dispatcher.settle(self.settle_timeout_s):
+        # A fifth of the group's rebalance timeout; the producer's flush after it may take
+        # the rest.
+        assert self._source is not None, "bind() first"
+        if not await dispatcher.settle(0.2 * self._source.rebalance_timeout_s):
             log.warning("partitions released while a batch still runs: its requests may be "
                         "answered by their next owner as well",
                         extra={"stage": STAGE, "pool": self.pool})

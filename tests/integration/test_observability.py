@@ -10,7 +10,7 @@ import asyncio
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +19,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-import lockstep.agents.worker
 from lockstep.agents.lag import LagExporter
 from lockstep.agents.slo import SloListener
-from lockstep.engines.base import ItemResult, WorkItem
-from lockstep.engines.reference import ReferenceEngine
 from lockstep.metrics_view import fetch, parse, summarize
 from lockstep.observer import Observer, drain
 from lockstep.publisher import publish_synthetic
@@ -31,21 +28,11 @@ from lockstep.runner import RoleSet, prepare_topics, start_roles
 from lockstep.streams.app import ROLES
 from lockstep.streams.settings import Settings, load_settings
 from lockstep.streams.telemetry import Telemetry
-from lockstep.streams.worker_settings import WorkerSettings
 from lockstep.topics.admin import admin_client
 from lockstep.topics.lag import lag_by_topic, partition_lags
+from tests.integration.slowengine import SlowEngine, until, use_slow_engine
 
 pytestmark = pytest.mark.integration
-
-
-class SlowEngine(ReferenceEngine):
-    """The reference engine after an injected delay per batch (``delay_s``, changeable)."""
-
-    delay_s = 0.0
-
-    async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
-        await asyncio.sleep(SlowEngine.delay_s)
-        return await super()._infer(batch)
 
 
 @dataclass
@@ -72,12 +59,7 @@ def _settings(bootstrap: str, **slo: Any) -> Settings:
 @asynccontextmanager
 async def _running(bootstrap: str, monkeypatch: pytest.MonkeyPatch, delay_s: float,
                    **slo: Any) -> AsyncIterator[Running]:
-    def slow(ws: WorkerSettings, telemetry: Telemetry | None = None) -> SlowEngine:
-        return SlowEngine(max_batch=ws.max_batch, timeout_s=ws.infer_timeout_ms / 1000,
-                          telemetry=telemetry, pool=ws.pool)
-
-    monkeypatch.setattr(lockstep.agents.worker, "create_engine", slow)
-    monkeypatch.setattr(SlowEngine, "delay_s", delay_s)
+    use_slow_engine(monkeypatch, delay_s)
     settings = _settings(bootstrap, **slo)
     await prepare_topics(settings, create=True)
     prefix = f"obs-{secrets.token_hex(3)}-"
@@ -127,15 +109,6 @@ async def test_a_running_role_serves_the_design_metrics_with_an_injected_delay_i
     assert windows + late == len(published.keys)
 
 
-async def _until(predicate: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
-
-
 async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recovers(
         tansu: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A hold of 1 s that does not grow: on a loaded machine the infer stage can breach again
@@ -153,8 +126,8 @@ async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recov
         publishing = asyncio.create_task(publish_synthetic(
             run.settings.kafka, [f"{run.prefix}a", f"{run.prefix}b"], 20.0, run.telemetry))
         try:
-            assert await _until(lambda: listener.degraded("cabin"), 10.0), listener.events
-            assert await _until(lambda: aligner.aligner.stride >= 2, 3.0)
+            assert await until(lambda: listener.degraded("cabin"), 10.0), listener.events
+            assert await until(lambda: aligner.aligner.stride >= 2, 3.0)
             assert run.telemetry.registry.get_sample_value(
                 "lockstep_slo_degraded", {"slo_class": "cabin"}) == 1
             monkeypatch.setattr(SlowEngine, "delay_s", 0.0)  # the engine recovers
@@ -162,7 +135,7 @@ async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recov
             # degraded through a 10-s wait once (CI at dd77b8d; the events were cut short in
             # the report, so why is not known: they are printed in full now). Publishing
             # lasts 20 s so that windows still come after the recovery.
-            assert await _until(lambda: not listener.degraded("cabin"), 15.0), "\n".join(
+            assert await until(lambda: not listener.degraded("cabin"), 15.0), "\n".join(
                 map(str, listener.events))
             recovered_us = time.time_ns() // 1000
             published = await publishing
@@ -201,10 +174,10 @@ async def test_roles_that_stop_withdraw_their_breaches_from_the_other_processes(
         await other.start()
         publishing = asyncio.create_task(publish_synthetic(
             run.settings.kafka, [f"{run.prefix}a"], 6.0, run.telemetry))
-        assert await _until(lambda: other.degraded("cabin"), 10.0), other.events
+        assert await until(lambda: other.degraded("cabin"), 10.0), other.events
     try:
         # the roles have stopped; the class clears long before the 30-s ttl
-        assert await _until(lambda: not other.degraded("cabin"), 5.0), "\n".join(
+        assert await until(lambda: not other.degraded("cabin"), 5.0), "\n".join(
             map(str, other.events))
         assert any(e.kind == "recovered" and e.p99_ms == 0.0 for e in other.events)
     finally:

@@ -14,22 +14,18 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Sequence
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
-import lockstep.agents.worker
-from lockstep.engines.base import ItemResult, WorkItem
-from lockstep.engines.reference import ReferenceEngine
 from lockstep.observer import Observer
 from lockstep.runner import RoleSet, prepare_topics, start_roles
 from lockstep.streams.settings import load_settings
 from lockstep.streams.telemetry import Telemetry
-from lockstep.streams.worker_settings import WorkerSettings
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from tests.factories import request, video
+from tests.integration.slowengine import until, use_slow_engine
 
 pytestmark = pytest.mark.integration
 
@@ -37,14 +33,6 @@ REQUESTS = 120
 STREAMS = 12
 #: The engine's time per batch of two: the first worker answers about 20 requests a second.
 BATCH_S = 0.1
-
-
-class SlowEngine(ReferenceEngine):
-    """The reference engine, ``BATCH_S`` slower per batch."""
-
-    async def _infer(self, batch: Sequence[WorkItem]) -> list[ItemResult]:
-        await asyncio.sleep(BATCH_S)
-        return await super()._infer(batch)
 
 
 def _wall_us() -> int:
@@ -55,22 +43,9 @@ def _answered(telemetry: Telemetry, pool: str) -> int:
     return int(telemetry.requests.labels(pool, "ok")._value.get())
 
 
-async def _until(check: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.1)
-    return True
-
-
 async def test_a_worker_joining_a_busy_pool_takes_over_its_queue_and_nothing_is_answered_twice(
         apache_kafka: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow(ws: WorkerSettings, telemetry: Telemetry | None = None) -> SlowEngine:
-        return SlowEngine(max_batch=ws.max_batch, timeout_s=ws.infer_timeout_ms / 1000,
-                          telemetry=telemetry, pool=ws.pool)
-
-    monkeypatch.setattr(lockstep.agents.worker, "create_engine", slow)
+    use_slow_engine(monkeypatch, BATCH_S)
     run_id = secrets.token_hex(3)
     pool = f"ho{run_id}"
     settings = load_settings(
@@ -102,11 +77,11 @@ async def test_a_worker_joining_a_busy_pool_takes_over_its_queue_and_nothing_is_
                                 encode(record.model_copy(update={"pool": pool})),
                                 key=stream.encode())
         await producer.flush()
-        assert await _until(lambda: _answered(first_telemetry, pool) >= 10, 30.0)
+        assert await until(lambda: _answered(first_telemetry, pool) >= 10, 30.0)
         # The first worker has read the rest and holds it queued; now a second one joins.
         second = await start_roles(settings, ["worker"], second_telemetry, worker_pools=[pool])
         assert await second.wait_assigned()
-        settled = await _until(lambda: len(answered) >= REQUESTS, 60.0)
+        settled = await until(lambda: len(answered) >= REQUESTS, 60.0)
         await asyncio.sleep(2.0)  # time for a second answer to show
     finally:
         for roles in (second, first):
