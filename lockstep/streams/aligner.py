@@ -15,9 +15,10 @@ Per stream:
   a fixed hop. Other modalities are paired with the anchor (:mod:`lockstep.streams.matching`) and
   the window assembled (:mod:`lockstep.streams.assemble`).
 * A window is emitted as soon as every expected modality has passed its end (its watermark,
-  its cadence says its next token falls later, or its ``final`` token came), or when its
-  deadline expires — then it is partial and names what is missing. It never waits past the
-  deadline. A stream whose every dense modality has sent its ``final`` token is flushed.
+  its cadence says its next token falls later, or its ``final`` token came:
+  :mod:`lockstep.streams.alignready`), or when its deadline expires — then it is partial
+  and names what is missing. It never waits past the deadline. A stream whose every dense
+  modality has sent its ``final`` token is flushed.
 * ``window_seq`` is the anchor frame's ``seq`` (or ``HOP_BASE`` + hop index without video),
   so a replay after a restart rebuilds the same idempotency keys; :meth:`Aligner.resume`
   continues after the windows a previous owner of the partition emitted.
@@ -35,7 +36,8 @@ from dataclasses import dataclass, field
 
 from lockstep.errors import ReasonCode
 from lockstep.streams.alignplan import HOP_BASE, Planner, with_frame
-from lockstep.streams.alignstate import DENSE, AlignOutput, Plan, Rejected, Stream, TokenKey
+from lockstep.streams.alignready import Readiness
+from lockstep.streams.alignstate import AlignOutput, Plan, Rejected, Stream, TokenKey
 from lockstep.streams.alignstreams import StreamTable
 from lockstep.streams.assemble import WindowAssembler
 from lockstep.streams.clockguard import ClockGuard
@@ -59,10 +61,6 @@ class Aligner:
     #: The SLO class of every stream, or a function of the stream id (``slo.class_of``).
     slo_class: str | Callable[[str], str]
     stride: int = 1
-    _catching_up: bool = False
-    #: While catching up: modalities whose topics still hold unread records (set by the
-    #: agent). Streams wait for them even before their first token of that modality.
-    backlogged: frozenset[Modality] = frozenset()
     _table: StreamTable = field(init=False)
     _streams: OrderedDict[str, Stream] = field(init=False)
     #: (wake time, stream) for every stream, earliest first: a poll visits only the streams
@@ -74,30 +72,24 @@ class Aligner:
         s = self.settings
         self.hop_us = int(s.hop_ms * 1000)
         self.max_wait_us = int(s.max_wait_ms * 1000)
-        self.grace_us = int(s.grace_ms * 1000)
         self.max_future_us = int(s.max_future_ms * 1000)
         self.idle_us = int(s.idle_ms * 1000)
         self.ocr_ttl_us = int(s.ocr_ttl_ms * 1000)
         #: Text is on the video clock unless configured (its lag is recognition, not clock).
         self.text_offset_us = int(s.clock_offsets_ms.get("ocr", 0.0) * 1000)
-        self.required = frozenset(Modality(m) for m in s.required)
-        self.tolerance_us = {m: int(s.tolerances_ms.get(m.value, s.tolerance_ms) * 1000)
-                             for m in Modality}
-        #: How early a next capture may come against its cadence (see _passed).
-        self.early_us = {m: min(tol, int(s.early_ms * 1000))
-                         for m, tol in self.tolerance_us.items()}
         self.ttl_us = int(s.stream_ttl_ms * 1000)
+        self._ready = Readiness.of(s)
+        tolerance_us = self._ready.tolerance_us
         self._timebase = Timebase(s)
         fixed = self.slo_class
         class_of = (lambda _: fixed) if isinstance(fixed, str) else fixed
-        self._assembler = WindowAssembler(self.tolerance_us, self.ocr_ttl_us, class_of,
+        self._assembler = WindowAssembler(tolerance_us, self.ocr_ttl_us, class_of,
                                           s.max_streams)
-        self._planner = Planner(self.hop_us, self.idle_us, self.tolerance_us[Modality.VIDEO],
+        self._planner = Planner(self.hop_us, self.idle_us, tolerance_us[Modality.VIDEO],
                                 int(s.max_window_ms * 1000))
         self._guard = ClockGuard(s.max_clock_error_ms * 1000, s.max_seq_jump, s.rebase_after)
         self._table = StreamTable(s.max_streams, s.max_evicted_streams)
         self._streams = self._table.live
-        self.settle_points = s.settle_points
         self.max_buffered = s.max_buffered_tokens
         self._downsample = s.allow_downsampling
 
@@ -112,16 +104,29 @@ class Aligner:
         then would send everything behind to ``late``. While catching up, windows close on
         watermarks only (and the memory bound).
         """
-        return self._catching_up
+        return self._ready.catching_up
 
     @catching_up.setter
     def catching_up(self, value: bool) -> None:
-        if value != self._catching_up:
-            self._catching_up = value
+        if value != self._ready.catching_up:
+            self._ready.catching_up = value
             for stream_id, st in self._streams.items():
                 if st.buffered:  # deadlines apply again (or no longer): re-plan on next poll
                     st.wake_us = 0
                     self._schedule(stream_id, st)
+
+    @property
+    def backlogged(self) -> frozenset[Modality]:
+        """While catching up: modalities whose topics still hold unread records.
+
+        Set by the agent. Streams wait for them even before their first token of that
+        modality.
+        """
+        return self._ready.backlogged
+
+    @backlogged.setter
+    def backlogged(self, value: frozenset[Modality]) -> None:
+        self._ready.backlogged = value
 
     @property
     def open_windows(self) -> int:
@@ -199,13 +204,13 @@ class Aligner:
             if token.final and m not in st.final:
                 # The last token sent again, marked: the producer learnt of the end after
                 # the fact. The copy is not aligned again, but the modality has ended.
-                self._note_final(st, m, seq, final=True)
+                self._ready.note_final(st, m, seq, final=True)
                 if st.buffered:
                     out.windows += self._close_ready(stream_id, st, now_us, flush=False)
                 self._schedule(stream_id, st)
             return out
         if token.final or m in st.final:
-            self._note_final(st, m, seq, final=token.final)
+            self._ready.note_final(st, m, seq, final=token.final)
         if m is Modality.OCR:  # text is an event, not a capture at a cadence: no clock fit
             item = Item.of(t_us - self.text_offset_us, token, now_us)
         else:
@@ -217,7 +222,7 @@ class Aligner:
             last = st.clocks[m].last_seq
             if last is not None and seq < last and m not in st.reordered:
                 st.reordered = st.reordered | {m}
-            learn_lag = not self._backlog(st)
+            learn_lag = not self._ready.backlog(st)
             item = Item.of(self._timebase.correct(st, token, now_us, learn_lag=learn_lag),
                            token, now_us)
         closed = st.closed_end
@@ -238,21 +243,6 @@ class Aligner:
             out.windows += self._close_ready(stream_id, st, now_us, flush=False)
         self._schedule(stream_id, st)
         return out
-
-    def _note_final(self, st: Stream, m: Modality, seq: int, *, final: bool) -> None:
-        """Note a modality's last token, or a later token that resumes it."""
-        if final:
-            st.final[m] = max(seq, st.final.get(m, seq))
-        elif seq > st.final[m]:
-            del st.final[m]  # the stream sends this modality again
-        else:
-            return
-        st.pending, st.plan, st.wake_us, st.expect_until = None, None, 0, 0
-
-    def _ended(self, st: Stream) -> bool:
-        """Whether every dense modality the stream sent has had its ``final`` token."""
-        final = st.final
-        return bool(final) and all(m in final for m in st.last_seen if m in DENSE)
 
     def _schedule(self, stream_id: str, st: Stream) -> None:
         """Queue a poll of the stream at its ``wake_us`` (unless one is queued before)."""
@@ -299,7 +289,7 @@ class Aligner:
             st.plan = with_frame(st.plan, item, self._planner.max_window_us)
             return True
         start, end, blocked = pending
-        if m in blocked and self._passed(st, m, end):
+        if m in blocked and self._ready.passed(st, m, end):
             blocked = blocked - {m}
             if not blocked:
                 return True
@@ -360,9 +350,9 @@ class Aligner:
         """
         late = []
         for stream_id, st in self._streams.items():
-            backlog = self._backlog(st)
+            backlog = self._ready.backlog(st)
             plan = self._plan(st, now_us) if st.buffered and not backlog else None
-            if plan is not None and now_us >= self._deadline(st, plan.end):
+            if plan is not None and now_us >= self._ready.deadline(st, plan.end):
                 late.append((stream_id, plan.seq))
         return late
 
@@ -375,97 +365,13 @@ class Aligner:
             self._table.forget(stream_id)
             self._assembler.forget(stream_id)
 
-    def _settled(self, st: Stream, m: Modality) -> bool:
-        """Whether a modality's pairing with video can be trusted yet."""
-        if Modality.VIDEO not in st.last_seen:
-            return True  # no video to pair against: hop windows on the stream's own clocks
-        if m not in st.offset_known:
-            return False
-        for clock in (st.clocks.get(m), st.clocks.get(Modality.VIDEO)):
-            if clock is not None and clock.ready and clock.points < self.settle_points:
-                return False
-        return True
-
-    def _early(self, st: Stream, m: Modality) -> int:
-        """How early the next capture of ``m`` may land against its cadence (µs).
-
-        ``early_ms`` once the modality is settled and its tokens come in ``seq`` order.
-        Before it is settled its clock fit and offset estimate still move by more than
-        that; and a watermark over tokens that overtake each other says less about what is
-        still to come. Both get the wider pairing tolerance.
-        """
-        if m in st.reordered or not self._settled(st, m):
-            return self.tolerance_us[m]
-        return self.early_us[m]
-
-    def _backlog(self, st: Stream) -> bool:
-        """Whether ``st`` is read as a backlog (the task catching up, or a replayed stream)."""
-        return self._catching_up or st.replay
-
     def _stride(self) -> int:
         return self.stride if self._downsample else 1
-
-    def _deadline(self, st: Stream, end: int) -> int:
-        return end + st.lag_us + self.max_wait_us
 
     # -- planning and emission ---------------------------------------------------------
 
     def _plan(self, st: Stream, now_us: int) -> Plan:
         return self._planner.plan(st, now_us, self._stride())
-
-    def _expected(self, st: Stream, now_us: int) -> tuple[frozenset[Modality], frozenset[Modality]]:
-        """Modalities to wait for, and modalities a window is partial without.
-
-        Wait for the required ones (unless seen and then gone idle) and for every dense
-        modality the stream is sending; a dead modality is named missing, never waited for.
-        """
-        seen = st.last_seen
-        backlog = self._backlog(st)
-        if backlog:
-            # In a backlog a modality's records may simply not be fetched yet: none is idle.
-            live = frozenset([m for m in seen if m in DENSE])
-        elif now_us <= st.expect_until:
-            return st.expect
-        else:
-            idle_before = now_us - self.idle_us
-            live = frozenset([m for m, at in seen.items() if at >= idle_before and m in DENSE])
-        check = self.required | live
-        wait = check if len(live) == len(seen) else (self.required - (seen.keys() - live)) | live
-        if backlog:
-            return wait | (self.backlogged & DENSE), check
-        # This holds until a live modality goes idle, or a token of another one arrives.
-        st.live, st.expect = live, (wait, check)
-        st.expect_until = min(seen[m] for m in live) + self.idle_us if live else 1 << 62
-        return wait, check
-
-    def _passed(self, st: Stream, m: Modality, end: int) -> bool:
-        if m in st.final:
-            return True  # its last token came: none will land in this window
-        mark = st.watermark.get(m)
-        if mark is None:
-            return False
-        if mark >= end + self.grace_us:
-            return True
-        # The next capture is due one period after the last; if even early by ``early_ms``
-        # it lands past the end, this window gets no more of this modality.
-        period = st.clocks[m].ready_period
-        return period is not None and mark + period - self._early(st, m) >= end
-
-    def _blocked(self, st: Stream, wait: frozenset[Modality], end: int) -> frozenset[Modality]:
-        """The modalities of ``wait`` but video that have not passed ``end`` (see _passed)."""
-        marks, limit = st.watermark, end + self.grace_us
-        blocked = []
-        for m in wait:
-            if m is Modality.VIDEO or m in st.final:
-                continue
-            mark = marks.get(m)
-            if mark is None:
-                blocked.append(m)
-            elif mark < limit:
-                period = st.clocks[m].ready_period
-                if period is None or mark + period - self._early(st, m) < end:
-                    blocked.append(m)
-        return frozenset(blocked)
 
     def _close_ready(self, stream_id: str, st: Stream, now_us: int, *,
                      flush: bool) -> list[Window]:
@@ -476,14 +382,15 @@ class Aligner:
         stride = self.stride if self._downsample else 1
         plan = st.plan if st.plan is not None and st.plan.stride == stride else None
         st.plan = None
+        rules = self._ready
         while st.buffered:
             if plan is None:
                 plan = self._planner.plan(st, now_us, stride)
-            wait, check = self._expected(st, now_us)
+            wait, check = rules.expected(st, now_us)
             end = plan.end
             # Only a token of these (or a frame, or an earlier token) can make the window
             # ready before its deadline.
-            blocked = self._blocked(st, wait, end)
+            blocked = rules.blocked(st, wait, end)
             if Modality.VIDEO in wait:
                 # Without its frame a frame may still come for this slot; with it, the end
                 # must be known (the next anchor came, or the clock predicts it). A hop
@@ -492,16 +399,16 @@ class Aligner:
                 # its anchor and its end: in a backlog they may not be read yet.
                 ready = not blocked and (
                     plan.certain and (plan.stride == 1
-                                      or self._passed(st, Modality.VIDEO, end))
+                                      or rules.passed(st, Modality.VIDEO, end))
                     if plan.frame is not None else (
-                        plan.seq >= HOP_BASE and self._passed(st, Modality.VIDEO, end)))
+                        plan.seq >= HOP_BASE and rules.passed(st, Modality.VIDEO, end)))
             else:
                 ready = not blocked
             deadline = end + st.lag_us + self.max_wait_us
-            backlog = self._backlog(st)  # watermarks only, no deadline
+            backlog = rules.backlog(st)  # watermarks only, no deadline
             # A stream that has ended goes out whole; not in a backlog, where a modality it
             # sends may not have been read yet.
-            ended = bool(st.final) and not backlog and self._ended(st)
+            ended = bool(st.final) and not backlog and rules.ended(st)
             if not (ready or flush or ended or st.buffered > self.max_buffered
                     or (now_us >= deadline and not backlog)):
                 # Until a token arrives (add re-plans), only the deadline or a modality
@@ -529,6 +436,6 @@ class Aligner:
             return None  # nothing captured in this stretch: no window to infer on
         if plan.frame is not None or plan.seq < HOP_BASE:
             st.last_anchor_seq = plan.seq
-        untrusted = frozenset([m for m in _PAIRED if not self._settled(st, m)])
+        untrusted = frozenset([m for m in _PAIRED if not self._ready.settled(st, m)])
         return self._assembler.assemble(stream_id, st, plan, owned, expected, untrusted,
                                         now_us)

@@ -146,13 +146,13 @@ class Stream:
     pending: tuple[int, int, frozenset[Modality]] | None = None
     #: The waiting window's plan, while no token that could change it has arrived.
     plan: Plan | None = None
-    #: The modalities to wait for and to expect in a window (see ``Aligner._expected``),
+    #: The modalities to wait for and to expect in a window (see ``Readiness.expected``),
     #: valid until ``expect_until`` unless a token of a modality not in ``live`` arrives.
     expect: tuple[frozenset[Modality], frozenset[Modality]] = (frozenset(), frozenset())
     expect_until: int = -1
     live: frozenset[Modality] = frozenset()
     #: Modalities whose tokens have arrived out of ``seq`` order (one partition keeps them
-    #: in order; a producer that spreads a stream does not): see ``Aligner._early``.
+    #: in order; a producer that spreads a stream does not): see ``Readiness.early``.
     reordered: frozenset[Modality] = frozenset()
     #: Per modality, the consecutive tokens (seq, t_us) off its clock just before now
     #: (see :class:`~lockstep.streams.clockguard.ClockGuard`).
