@@ -28,7 +28,8 @@ from lockstep.engines.base import ItemFailure
 from lockstep.engines.dispatcher import Dispatcher, Outcome, warm_up
 from lockstep.engines.latency import LatencyModel, LatencyPrior
 from lockstep.engines.registry import create_engine
-from lockstep.engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
+from lockstep.engines.policy import BatchPolicy, SchedulerConfig
+from lockstep.engines.scheduler import make_policy
 from lockstep.engines.worker import build_response
 from lockstep.errors import BadInput, ReasonCode
 from lockstep.streams.dedupe import RecentKeys

@@ -33,7 +33,8 @@ from lockstep.bench.trace import Arrival, Calibration, TraceSpec, calibrate, loo
 from lockstep.engines.base import Engine, probe_request
 from lockstep.engines.dispatcher import Dispatcher, Outcome
 from lockstep.engines.latency import LatencyModel, LatencyPrior
-from lockstep.engines.scheduler import BatchPolicy, SchedulerConfig, make_policy
+from lockstep.engines.policy import BatchPolicy, SchedulerConfig
+from lockstep.engines.scheduler import make_policy
 from lockstep.streams.worker_settings import WorkerSettings
 from lockstep.topics.schemas import Request
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from lockstep.engines.base import Engine, WorkItem, probe_request
 from lockstep.engines.latency import LatencyModel, LatencyPrior
-from lockstep.engines.scheduler import SchedulerConfig
+from lockstep.engines.policy import SchedulerConfig
 
 
 @dataclass(frozen=True)

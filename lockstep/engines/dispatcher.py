@@ -27,7 +27,7 @@ from lockstep.engines.base import (
     probe_request,
 )
 from lockstep.engines.latency import LatencyModel
-from lockstep.engines.scheduler import Batch, BatchPolicy, Pending, SchedulerConfig
+from lockstep.engines.policy import Batch, BatchPolicy, Pending, SchedulerConfig
 from lockstep.streams.telemetry import Telemetry
 from lockstep.topics.schemas import Request
 

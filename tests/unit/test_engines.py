@@ -9,8 +9,9 @@ from lockstep.engines import reference
 from lockstep.engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
 from lockstep.engines.dispatcher import Dispatcher, Outcome
 from lockstep.engines.latency import LatencyModel, LatencyPrior
+from lockstep.engines.policy import SchedulerConfig
 from lockstep.engines.reference import ReferenceEngine, describe
-from lockstep.engines.scheduler import DeadlineScheduler, SchedulerConfig
+from lockstep.engines.scheduler import DeadlineScheduler
 from lockstep.engines.simulated import SimulatedEngine
 from lockstep.engines.worker import build_response
 from lockstep.errors import EngineError, EngineTimeout

@@ -3,15 +3,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockstep.engines.latency import LatencyModel, LatencyPrior
-from lockstep.engines.scheduler import (
-    DeadlineScheduler,
+from lockstep.engines.policy import (
     FifoBatcher,
     SchedulerConfig,
     SingleBatcher,
-    make_policy,
     share_budget,
     uncertainty,
 )
+from lockstep.engines.scheduler import DeadlineScheduler, make_policy
 from tests.factories import T0, request
 
 pytestmark = pytest.mark.unit
