@@ -1,7 +1,7 @@
 """Synthetic streams published in real time (``lockstep publish --synthetic``, the demo).
 
 :func:`publish_synthetic` produces each synthetic token when its capture time comes, on
-aiokafka through :class:`~lockstep.delivery.RetryingSender`: it counts acknowledgements,
+aiokafka through :class:`~lockstep.sender.RetryingSender`: it counts acknowledgements,
 not sends, retries through a broker restart up to a delivery timeout and reports what
 still failed. The ``publish`` stage latency is capture time → broker acknowledgement.
 """
@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
-from lockstep.delivery import DELIVERY_TIMEOUT_S, OutageLog, Outgoing, PublishReport, RetryingSender
+from lockstep.delivery import DELIVERY_TIMEOUT_S, OutageLog, PublishReport
+from lockstep.sender import Outgoing, RetryingSender
 from lockstep.streams.aligner import TokenKey
 from lockstep.streams.settings import KafkaSettings
 from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream

@@ -18,14 +18,9 @@ from aiokafka.errors import (
     NotLeaderForPartitionError,
 )
 
-from lockstep.delivery import (
-    DeliveryStats,
-    OutageLog,
-    Outgoing,
-    RetryingSender,
-    delivery_line,
-)
+from lockstep.delivery import DeliveryStats, OutageLog, delivery_line
 from lockstep.publisher import PublishReport
+from lockstep.sender import Outgoing, RetryingSender
 from lockstep.streams.aligner import TokenKey
 from lockstep.streams.settings import KafkaSettings
 from lockstep.topics.schemas import Modality
