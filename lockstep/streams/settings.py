@@ -8,18 +8,15 @@ Nothing is read at import time: call :func:`load_settings`.
 from __future__ import annotations
 
 import difflib
-import fnmatch
-import itertools
 import logging
 import os
 import re
-import ssl
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -30,6 +27,12 @@ from pydantic_settings import (
 )
 
 from lockstep.errors import ConfigError
+from lockstep.streams.kafka_settings import KafkaSettings as KafkaSettings
+from lockstep.streams.section import Section
+from lockstep.streams.settings_errors import describe_errors, redact
+from lockstep.streams.slo_settings import BreachSettings as BreachSettings
+from lockstep.streams.slo_settings import SloClass as SloClass
+from lockstep.streams.slo_settings import SloSettings as SloSettings
 from lockstep.streams.worker_settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -37,126 +40,11 @@ Ms = Annotated[float, Field(ge=0.0)]
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,31}$")]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class KafkaSettings(_Section):
-    """Kafka client options shared by every client Lockstep creates."""
-
-    bootstrap_servers: str | None = None
-    client_id: str = "lockstep"
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
-    session_timeout_ms: Annotated[int, Field(ge=3000)] = 10_000
-    #: How long a group member may take to hand its partitions over in a rebalance. It
-    #: waits up to 80 % of this for the records it produced from them to be acknowledged
-    #: (through a broker outage or a leader move): released earlier, their inputs would be
-    #: decided again by the next owner while the first outputs are still being re-sent. A
-    #: dead member is still removed after ``session_timeout_ms``.
-    rebalance_timeout_ms: Annotated[int, Field(ge=3000)] = 30_000
-    max_record_bytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024
-    #: How long a consumer's fetch may wait for data. Kafka answers as soon as data
-    #: arrives; the embedded broker holds the fetch for the whole wait, so keep it small there.
-    fetch_max_wait_ms: Annotated[int, Field(ge=1, le=30_000)] = 500
-    #: How long Lockstep's aiokafka producers (the roles', the synthetic publisher's) wait
-    #: for more records before sending a batch. At 0 a record goes out at once, and those
-    #: sent while a request is in flight go together in the next one, so batches still grow
-    #: with the load. On Apache Kafka at 11 streams, 2 ms cost more CPU per token (0.49 to
-    #: 0.54 ms over the roles, against 0.41 to 0.46) and more latency (docs/bench.md).
-    linger_ms: Annotated[float, Field(ge=0, le=1000)] = 0.0
-    #: Where a consumer group that has never committed starts: ``earliest`` (everything
-    #: retained, so every published token is accounted for; media older than its SLO
-    #: budget is shed to ``late`` as ``stale``) or ``latest`` (live data only). A new group
-    #: commits this position at once, so it holds across restarts; an existing group
-    #: resumes from its committed offsets either way.
-    new_group_offset: Literal["earliest", "latest"] = "earliest"
-    #: Pause before a client retries a failed request (aiokafka clients). Through a broker
-    #: restart every in-flight batch is retried at this pace: 100 ms (the client's default)
-    #: made a publisher send thousands of doomed requests a second.
-    retry_backoff_ms: Annotated[int, Field(ge=10, le=10_000)] = 250
-    #: Extra librdkafka options for the confluent-kafka clients (admin, publisher).
-    confluent_extra: dict[str, str] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _sasl_complete(self) -> KafkaSettings:
-        # Names what is missing, never a value: the password must not reach an error.
-        missing = [name for name in ("sasl_mechanism", "sasl_username", "sasl_password")
-                   if not getattr(self, name)]
-        if self.security_protocol.startswith("SASL") and missing:
-            raise ValueError(
-                f"security_protocol {self.security_protocol} needs "
-                + ", ".join(f"kafka.{n} ({env_name(('kafka', n))})" for n in missing))
-        return self
-
-    def require_bootstrap(self) -> str:
-        """Return the bootstrap servers or raise a :class:`ConfigError` saying how to set them."""
-        if not self.bootstrap_servers:
-            raise ConfigError(
-                "no Kafka bootstrap servers: pass --bootstrap HOST:PORT "
-                "or set LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS"
-            )
-        return self.bootstrap_servers
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """Build the TLS context for SSL / SASL_SSL, or None for plaintext."""
-        if not self.security_protocol.endswith("SSL"):
-            return None
-        context = ssl.create_default_context(cafile=self.ssl_cafile)
-        if self.ssl_certfile:
-            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
-        return context
-
-    def aiokafka_options(self) -> dict[str, Any]:
-        """Connection options for aiokafka clients."""
-        options: dict[str, Any] = {
-            "bootstrap_servers": self.require_bootstrap(),
-            "client_id": self.client_id,
-            "security_protocol": self.security_protocol,
-            "retry_backoff_ms": self.retry_backoff_ms,
-        }
-        context = self.ssl_context()
-        if context is not None:
-            options["ssl_context"] = context
-        if self.sasl_mechanism:
-            options["sasl_mechanism"] = self.sasl_mechanism
-            options["sasl_plain_username"] = self.sasl_username
-            options["sasl_plain_password"] = (
-                self.sasl_password.get_secret_value() if self.sasl_password else None
-            )
-        return options
-
-    def confluent_config(self) -> dict[str, str]:
-        """Connection options for confluent-kafka (librdkafka) clients."""
-        config = {
-            "bootstrap.servers": self.require_bootstrap(),
-            "client.id": self.client_id,
-            "security.protocol": self.security_protocol.lower(),
-        }
-        if self.ssl_cafile:
-            config["ssl.ca.location"] = str(self.ssl_cafile)
-        if self.ssl_certfile:
-            config["ssl.certificate.location"] = str(self.ssl_certfile)
-        if self.ssl_keyfile:
-            config["ssl.key.location"] = str(self.ssl_keyfile)
-        if self.sasl_mechanism and self.sasl_username and self.sasl_password:
-            config["sasl.mechanism"] = self.sasl_mechanism
-            config["sasl.username"] = self.sasl_username
-            config["sasl.password"] = self.sasl_password.get_secret_value()
-        config.update(self.confluent_extra)
-        return config
-
-
 Partitions = Annotated[int, Field(ge=1, le=1024)]
 RetentionMs = Annotated[int, Field(ge=60_000)]
 
 
-class TopicsSettings(_Section):
+class TopicsSettings(Section):
     """The topic catalog's layout: partitions, replication and retention per class of topic.
 
     Classes: ``media`` (the co-partitioned ``media.*``), ``pipeline`` (``aligned.windows``,
@@ -195,7 +83,7 @@ class TopicsSettings(_Section):
 ModalityName = Literal["video", "audio", "ocr", "sensor"]
 
 
-class AlignSettings(_Section):
+class AlignSettings(Section):
     """Event-time alignment (see lockstep.streams.aligner)."""
 
     #: Window length for streams without video (with video, windows follow the frames).
@@ -312,14 +200,14 @@ def _default_domains() -> dict[str, Domain]:
     }
 
 
-class Domain(_Section):
+class Domain(Section):
     """Keywords of one domain and how much a hit raises a window's semantic importance."""
 
     weight: Annotated[float, Field(ge=0.0)]
     keywords: tuple[str, ...]
 
 
-class RouteSettings(_Section):
+class RouteSettings(Section):
     """Confidence gating, routes and priorities (see lockstep.streams.router)."""
 
     #: Engine pool of each route; a pool is a topic ``requests.<pool>``.
@@ -351,139 +239,12 @@ class RouteSettings(_Section):
     sensor_ranges: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
 
-class SloClass(_Section):
-    """An SLO class: end-to-end budget and the frame rate it was set for."""
-
-    e2e_ms: Annotated[float, Field(gt=0.0)]
-    fps: Annotated[float, Field(gt=0.0)]
-    drop_frames: bool = True
-
-
-def _default_slo_classes() -> dict[str, SloClass]:
-    return {
-        "cabin": SloClass(e2e_ms=120.0, fps=30.0),
-        "surgical": SloClass(e2e_ms=80.0, fps=60.0, drop_frames=False),
-        "ar": SloClass(e2e_ms=200.0, fps=25.0),
-    }
-
-
-class BreachSettings(_Section):
-    """Breach detection and degraded mode (see lockstep.streams.slo)."""
-
-    #: The sliding window the P99 is taken over, and how often it is evaluated.
-    window_ms: Annotated[float, Field(gt=0.0)] = 5_000.0
-    evaluate_ms: Annotated[float, Field(gt=0.0)] = 250.0
-    #: Fewer samples in the window than this hold the verdict (no evidence either way).
-    min_samples: Annotated[int, Field(ge=1)] = 20
-    #: Consecutive evaluations over budget that raise a breach, and under
-    #: ``recover_ratio`` x budget that clear it (between the two nothing changes).
-    breach_after: Annotated[int, Field(ge=1)] = 4
-    recover_after: Annotated[int, Field(ge=1)] = 3
-    recover_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
-    #: When the median of the samples since the last evaluation (at least ``min_samples``)
-    #: is over this many times the budget, most of what runs now misses, not a tail: the
-    #: breach is raised at that evaluation, without waiting for ``breach_after`` of them.
-    breach_at_once_ratio: Annotated[float, Field(gt=0.0)] = 1.0
-    #: A breach lasts at least ``hold_ms``; one raised again within the hold after its
-    #: recovery holds twice as long as the last (up to ``hold_max_ms``), so a load that
-    #: only fits in degraded mode does not flap between the modes.
-    hold_ms: Annotated[float, Field(ge=0.0)] = 5_000.0
-    hold_max_ms: Annotated[float, Field(ge=0.0)] = 30_000.0
-    #: Stages whose breach switches their class to its degraded mode (others only report).
-    degrade_on: tuple[str, ...] = ("e2e",)
-    #: Degraded mode: windows that would take the full route take this partial route, and
-    #: the aligner keeps one window per ``degraded_stride`` frames (classes that may drop them).
-    degraded_route: Literal["text_only", "vision_only"] = "text_only"
-    degraded_stride: Annotated[int, Field(ge=1, le=64)] = 2
-    #: A breach not re-announced for this long is forgotten (its process may have died).
-    ttl_ms: Annotated[float, Field(gt=0.0)] = 30_000.0
-
-
-#: The stages an e2e latency is made of (``publish`` overlaps ``transport``).
-E2E_STAGES = ("transport", "align", "route", "queue", "infer", "respond")
-
-
-class SloSettings(_Section):
-    """SLO classes and the per-stage budget tree (stages other than inference: 12 ms P99)."""
-
-    classes: dict[str, SloClass] = Field(default_factory=_default_slo_classes)
-    default_class: str = "cabin"
-    #: Share of windows that must be answered within their class's e2e budget (shed ones
-    #: count as misses): the SLA the demo's verdict and the burn-rate alerts hold a run to.
-    objective: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.99
-    stage_p99_ms: Annotated[float, Field(gt=0.0)] = 12.0
-    #: Per-stage P99 budgets that replace ``stage_p99_ms`` (``infer`` defaults to what the
-    #: class's e2e budget leaves after the other stages of :data:`E2E_STAGES`).
-    stages_ms: dict[str, Annotated[float, Field(gt=0.0)]] = Field(default_factory=dict)
-    breach: BreachSettings = Field(default_factory=BreachSettings)
-    #: The class each stream declares: stream-id glob pattern → class, first match wins
-    #: (``{"or-*" = "surgical", "hud-*" = "ar"}``); other streams take ``default_class``.
-    streams: dict[str, str] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _merge_classes(cls, data: Any) -> Any:
-        """Given classes add to the built-in ones; a built-in one given in part keeps the rest.
-
-        ``LOCKSTEP_SLO__CLASSES__CABIN__E2E_MS=150`` changes cabin's budget alone, and a
-        class ``warehouse`` given in full joins cabin, surgical and ar.
-        """
-        if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
-            return data
-        merged: dict[str, Any] = {name: c.model_dump() for name, c in
-                                  _default_slo_classes().items()}
-        for name, given in data["classes"].items():
-            if isinstance(given, dict) and name in merged:
-                merged[name] = {**merged[name], **given}
-            else:
-                merged[name] = given
-        return {**data, "classes": merged}
-
-    @model_validator(mode="after")
-    def _default_exists(self) -> SloSettings:
-        if self.default_class not in self.classes:
-            raise ValueError(f"slo.default_class {self.default_class!r} is not in slo.classes")
-        unknown = sorted(set(self.streams.values()) - set(self.classes))
-        if unknown:
-            raise ValueError(f"slo.streams names classes not in slo.classes: {unknown}")
-        for name in self.classes:
-            if self.stage_budget_ms("infer", name) <= 0:
-                raise ValueError(f"slo class {name!r}: the stage budgets exceed its e2e budget")
-        return self
-
-    def class_of(self, stream_id: str) -> str:
-        """The SLO class ``stream_id`` declares through ``slo.streams`` (or the default)."""
-        for pattern, slo_class in self.streams.items():
-            if fnmatch.fnmatchcase(stream_id, pattern):
-                return slo_class
-        return self.default_class
-
-    def budget_ms(self, slo_class: str) -> float:
-        """The e2e budget of a class, falling back to the default class."""
-        return self.classes.get(slo_class, self.classes[self.default_class]).e2e_ms
-
-    def stage_budget_ms(self, stage: str, slo_class: str) -> float:
-        """The P99 budget of one stage in a class (``e2e``: the class's budget)."""
-        if stage == "e2e":
-            return self.budget_ms(slo_class)
-        if stage in self.stages_ms:
-            return self.stages_ms[stage]
-        if stage == "infer":
-            others = sum(self.stage_budget_ms(s, slo_class) for s in E2E_STAGES if s != "infer")
-            return self.budget_ms(slo_class) - others
-        return self.stage_p99_ms
-
-    def budget_tree(self, slo_class: str) -> dict[str, float]:
-        """The e2e budget of a class and the P99 budget of each stage it is made of."""
-        return {s: self.stage_budget_ms(s, slo_class) for s in ("e2e", "publish", *E2E_STAGES)}
-
-
 #: Default ``/metrics`` port of each role, so that one process per role on one host never
 #: clash; the worker of the k-th pool of ``topics.pools`` listens on ``worker`` + k.
 ROLE_METRICS_PORTS: Final = {"align": 9464, "route": 9465, "worker": 9466}
 
 
-class MetricsSettings(_Section):
+class MetricsSettings(Section):
     """The Prometheus endpoint each process serves."""
 
     enabled: bool = True
@@ -604,66 +365,14 @@ def load_settings(config: Path | None = None, *, environ: Mapping[str, str] | No
     try:
         return settings_cls(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_redact(f"invalid settings: {describe_errors(exc)}",
+        raise ConfigError(redact(f"invalid settings: {describe_errors(exc)}",
                                   overrides)) from None
     except SettingsError as exc:  # a complex value (list, table) that is not JSON
         field = re.search(r'field "(\w+)"', str(exc))
         where = f" (LOCKSTEP_{field[1].upper()}__*: lists and tables are JSON)" if field else ""
-        raise ConfigError(_redact(f"invalid settings: {exc}{where}", overrides)) from None
+        raise ConfigError(redact(f"invalid settings: {exc}{where}", overrides)) from None
     except ValueError as exc:  # a TOML syntax error
-        raise ConfigError(_redact(f"invalid settings: {exc}", overrides)) from None
-
-
-#: Field names whose values are never shown, whatever their type.
-_SECRET_NAME = re.compile(r"password|secret|token|api_key|credential|private", re.IGNORECASE)
-
-
-def env_name(loc: Sequence[str | int]) -> str:
-    """The environment variable of a setting's path (``("kafka", "sasl_password")``)."""
-    parts = [str(p) for p in itertools.takewhile(lambda p: isinstance(p, str), loc)]
-    return "LOCKSTEP_" + "__".join(p.upper() for p in parts)
-
-
-def describe_errors(exc: ValidationError) -> str:
-    """One line naming each invalid setting (dotted path and variable), never its value.
-
-    pydantic's own message repeats the input (``input_value``), which may hold a secret.
-    """
-    parts = []
-    for error in exc.errors(include_input=False, include_url=False, include_context=False):
-        loc = [p for p in error["loc"] if isinstance(p, str | int)]
-        path = ".".join(str(p) for p in loc) or "settings"
-        message = str(error["msg"]).removeprefix("Value error, ")
-        # A validator's own message names the settings it is about; a type or range
-        # error names the variable that sets the field.
-        own = error["type"] == "value_error"
-        env = f" ({env_name(loc)})" if loc and isinstance(loc[0], str) and not own else ""
-        parts.append(f"{path}{env}: {message}")
-    return " ".join("; ".join(parts).split())
-
-
-def _redact(message: str, overrides: Mapping[str, Any]) -> str:
-    """``message`` with every secret-looking value of ``overrides`` replaced by ``***``.
-
-    A second line of defence behind :func:`describe_errors`, for messages raised by a
-    validator or a parser.
-    """
-    found: set[str] = set()
-
-    def walk(value: Any, secret: bool) -> None:
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                walk(item, secret or bool(_SECRET_NAME.search(str(key))))
-        elif isinstance(value, SecretStr):
-            found.add(value.get_secret_value())
-        elif secret and isinstance(value, str):
-            found.add(value)
-
-    walk(overrides, False)
-    # Short values would blank out ordinary words; they are not credentials anyway.
-    for value in sorted((v for v in found if len(v) >= 4), key=len, reverse=True):
-        message = message.replace(value, "***")
-    return message
+        raise ConfigError(redact(f"invalid settings: {exc}", overrides)) from None
 
 
 #: ``LOCKSTEP_*`` variables that are not settings (read by the CLI and the test tooling).

@@ -6,7 +6,9 @@ import itertools
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
+
+from lockstep.streams.section import Section
 
 Ms = Annotated[float, Field(ge=0.0)]
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,31}$")]
@@ -18,11 +20,7 @@ EngineName = Annotated[str, Field(
 BUILT_IN_ENGINES = ("auto", "cpu", "trtllm", "openai", "reference")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CpuEngineSettings(_Section):
+class CpuEngineSettings(Section):
     """The torch + transformers vision-language engine (Qwen2.5-VL architecture)."""
 
     #: A local Hugging Face model directory (weights, tokenizer, processor). Unset: a tiny
@@ -38,7 +36,7 @@ class CpuEngineSettings(_Section):
     seed: int = 0
 
 
-class TrtllmSettings(_Section):
+class TrtllmSettings(Section):
     """TensorRT-LLM's LLM API (PyTorch backend); see docs/engines.md."""
 
     #: A Hugging Face model directory or a TensorRT-LLM engine/checkpoint directory.
@@ -51,7 +49,7 @@ class TrtllmSettings(_Section):
     enable_block_reuse: bool = True
 
 
-class OpenAISettings(_Section):
+class OpenAISettings(Section):
     """An OpenAI-compatible chat endpoint (``trtllm-serve``, vLLM)."""
 
     base_url: str = "http://localhost:8000/v1"
@@ -62,7 +60,7 @@ class OpenAISettings(_Section):
     max_concurrency: Annotated[int, Field(ge=1, le=1024)] = 32
 
 
-class WorkerSettings(_Section):
+class WorkerSettings(Section):
     """The batching inference worker of one pool (docs/engines.md)."""
 
     pool: PoolName = "vl"
