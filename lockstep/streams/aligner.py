@@ -204,10 +204,7 @@ class Aligner:
             if token.final and m not in st.final:
                 # The last token sent again, marked: the producer learnt of the end after
                 # the fact. The copy is not aligned again, but the modality has ended.
-                self._ready.note_final(st, m, seq, final=True)
-                if st.buffered:
-                    out.windows += self._close_ready(stream_id, st, now_us, flush=False)
-                self._schedule(stream_id, st)
+                self._end(stream_id, st, token, now_us, out)
             return out
         if token.final or m in st.final:
             self._ready.note_final(st, m, seq, final=token.final)
@@ -257,13 +254,29 @@ class Aligner:
         Returns an output whose ``duplicates`` holds the token if a copy of it was already
         taken (aligned, or settled here): the input topic can hold a token twice (a
         producer's retry), and each copy must not be settled again with other bytes. Like
-        :meth:`add`, it may evict the least recently active stream to make room.
+        :meth:`add`, it may evict the least recently active stream to make room, and a
+        ``final`` token ends its modality (windows it no longer waits for are returned).
         """
         out = AlignOutput()
+        m, seq = token.modality, token.seq
         st = self._stream(token.stream_id, now_us, out)
-        if st.seen_before(token.modality, token.seq):
-            out.duplicates.append(TokenKey(token.stream_id, token.modality, token.seq))
+        if st.seen_before(m, seq):
+            out.duplicates.append(TokenKey(token.stream_id, m, seq))
+            if not (token.final and m not in st.final):
+                return out
+        if token.final or m in st.final:
+            # Settled or not, a final token says no more of its modality will come (and a
+            # later one that it comes again): the stream's last window need not wait.
+            self._end(token.stream_id, st, token, now_us, out)
         return out
+
+    def _end(self, stream_id: str, st: Stream, token: Token, now_us: int,
+             out: AlignOutput) -> None:
+        """Note a ``final`` token (or a later one resuming its modality) that is not aligned."""
+        self._ready.note_final(st, token.modality, token.seq, final=token.final)
+        if st.buffered:
+            out.windows += self._close_ready(stream_id, st, now_us, flush=False)
+        self._schedule(stream_id, st)
 
     def _stream(self, stream_id: str, now_us: int, out: AlignOutput) -> Stream:
         """The live state of a stream, opened (making room) if needed; marked active."""

@@ -141,3 +141,18 @@ def test_the_last_tokens_sent_again_as_final_end_the_stream_after_the_fact() -> 
         assert [k.seq for k in again.duplicates] == [last.seq]  # not aligned twice
         out.extend(again)
     assert al.open_windows == 0 and _members(out) == len(tokens)
+
+
+def test_a_final_token_shed_as_stale_still_ends_its_modality() -> None:
+    # Align sheds a token read past its budget before aligning it (settled_before): when
+    # that token is a modality's last, the stream's last window must not wait for more.
+    tokens = _tokens(final=True)
+    last_audio = next(t for t in tokens if t.final and t.modality is Modality.AUDIO)
+    al = Aligner(AlignSettings(), "cabin")
+    out, now = _feed(al, [t for t in tokens if t is not last_audio])
+    assert al.open_windows > 0  # waiting for audio past the end
+    noted = al.settled_before(last_audio, now + 1_000)
+    assert noted.duplicates == []
+    out.extend(noted)
+    assert al.open_windows == 0 and _members(out) == len(tokens) - 1
+    assert al.streams()["cam"].final[Modality.AUDIO] == last_audio.seq
