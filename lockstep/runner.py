@@ -241,10 +241,10 @@ async def _build(running: RoleSet, settings: Settings, pools: list[str]) -> None
     if "align" in roles:
         aligner = AlignAgent(settings, telemetry, outbox)
         running.aligners.append(aligner)
-        tick = max(1, min(10, int(settings.align.max_wait_ms / 4)))
+        # Ticks at the aligner's own deadlines (AlignAgent.wake_us), at least every 100 ms.
         running.consumers.append(RoleConsumer(
             kafka, group_id(settings, "align"), list(MEDIA.values()), aligner, outbox,
-            new_group_reset=reset, tick_ms=tick))
+            new_group_reset=reset, tick_ms=100))
     if "route" in roles:
         router = RouteAgent(settings, telemetry, outbox, routed_pools(settings))
         running.routers.append(router)

@@ -39,6 +39,8 @@ from lockstep.topics.schemas import LateToken, Modality, Token, Window
 
 log = logging.getLogger(__name__)
 STAGE = "align"
+#: How long after the last sign of a backlog align goes on catching up.
+CATCHUP_US = 500_000
 #: (partition, offset, record value) of a buffered token, by its ledger key.
 Pending = tuple[TopicPartition, int, bytes | None]
 
@@ -212,7 +214,7 @@ class AlignAgent:
         # while (fetches come in bursts; between two, the signs can look clear).
         if self.backlog() > self.catchup_records or self.oldest_read_s > self.catchup_s:
             self.behind_at_us = now_us
-        self.aligner.catching_up = now_us - self.behind_at_us < 500_000
+        self.aligner.catching_up = now_us - self.behind_at_us < CATCHUP_US
         self.oldest_read_s = 0.0
         out = self.aligner.poll(now_us)
         if out.windows:
@@ -223,6 +225,15 @@ class AlignAgent:
             streams = self.aligner.stream_count
             self.telemetry.align_streams.set(streams)
             self.trimmer.observe(streams)
+
+    def wake_us(self) -> int | None:
+        """The aligner's next deadline, or the end of catching up (on its own it ends at a
+        tick, which decides it once records stop)."""
+        wake = self.aligner.next_wake_us
+        if self.aligner.catching_up:
+            end = self.behind_at_us + CATCHUP_US
+            wake = end if wake is None else min(wake, end)
+        return wake
 
     def backlog(self) -> int:
         """Records between what this task read and the log end, worst media partition.

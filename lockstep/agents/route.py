@@ -79,6 +79,10 @@ class RouteAgent:
         """Route has no deadlines of its own; after a flood of streams, memory goes back."""
         self.trimmer.observe(self.router.tracked_streams)
 
+    def wake_us(self) -> int | None:
+        """No deadlines: ``tick_ms`` paces the ticks."""
+        return None
+
     async def on_batch(self, records: Sequence[Record], now_us: int) -> None:
         """Route a batch of windows."""
         self.outbox.raise_if_failed()

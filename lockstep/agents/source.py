@@ -48,6 +48,14 @@ Record: TypeAlias = ConsumerRecord
 CHUNK = 200
 
 
+def fetch_wait_ms(wake_us: int | None, now_us: int, tick_ms: int) -> int:
+    """How long a fetch may wait for records: until the agent's next wake-up (rounded up
+    to the fetch's 1-ms resolution, at least 1 ms), at most ``tick_ms``."""
+    if wake_us is None:
+        return tick_ms
+    return max(1, min(tick_ms, -(-(wake_us - now_us) // 1000)))
+
+
 class Agent(Protocol):
     """What a role implements to run on a :class:`RoleConsumer`."""
 
@@ -78,7 +86,14 @@ class Agent(Protocol):
         """Handle a batch of records, in offset order per partition."""
 
     async def on_tick(self, now_us: int) -> None:
-        """Called after every batch and at least every ``tick_ms`` (deadlines)."""
+        """Called after every batch, at :meth:`wake_us` and at least every ``tick_ms``."""
+
+    def wake_us(self) -> int | None:
+        """The wall time (µs) at which :meth:`on_tick` has work next (None: none known).
+
+        Records arriving end the wait at once; this only bounds it when none come, so a
+        deadline is met on time without ticking every few milliseconds while idle.
+        """
 
 
 class RoleConsumer(mode.Service):
@@ -95,13 +110,14 @@ class RoleConsumer(mode.Service):
         new_group_reset: Where a group with no committed offset starts (earliest, latest);
             it commits that position before reading.
         max_records: Largest batch handed to the agent.
-        tick_ms: Longest time between two :meth:`Agent.on_tick` calls.
+        tick_ms: Longest time between two :meth:`Agent.on_tick` calls (sooner when
+            :meth:`Agent.wake_us` asks for it).
         commit_ms: How often the acknowledged prefix is committed.
     """
 
     def __init__(self, kafka: KafkaSettings, group: str, topics: Sequence[str], agent: Agent,
                  outbox: Outbox, *, new_group_reset: str = "earliest", max_records: int = 1000,
-                 tick_ms: int = 10, commit_ms: int = 100) -> None:
+                 tick_ms: int = 100, commit_ms: int = 100) -> None:
         super().__init__()
         self.kafka = kafka
         self.group = group
@@ -202,7 +218,8 @@ class RoleConsumer(mode.Service):
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
             try:
-                batches = await consumer.getmany(timeout_ms=self.tick_ms,
+                batches = await consumer.getmany(timeout_ms=fetch_wait_ms(
+                    self.agent.wake_us(), wall_us(), self.tick_ms),
                                                  max_records=self.max_records)
             except IllegalStateError:  # between a revocation and the next assignment
                 await asyncio.sleep(self.tick_ms / 1000.0)

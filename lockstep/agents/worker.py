@@ -141,6 +141,10 @@ class WorkerAgent:
             self._dispatching.result()
             raise RuntimeError("the dispatcher stopped")
 
+    def wake_us(self) -> int | None:
+        """No deadlines on the consumer's loop (the dispatcher keeps its own)."""
+        return None
+
     async def on_batch(self, records: Sequence[Record], now_us: int) -> None:
         """Admit a batch of requests (waits while the admission queue is full)."""
         self.outbox.raise_if_failed()

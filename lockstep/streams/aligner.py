@@ -133,6 +133,15 @@ class Aligner:
         """Tokens buffered and not yet settled, over all streams."""
         return sum(st.buffered for st in self._streams.values())
 
+    @property
+    def next_wake_us(self) -> int | None:
+        """When :meth:`poll` may next emit or evict something (None: no stream is held).
+
+        Never later than the earliest window deadline, idle check or eviction; it may be
+        earlier (a stream re-planned since), and a poll then simply finds nothing due.
+        """
+        return self._due[0][0] if self._due else None
+
     def streams(self) -> dict[str, Stream]:
         """The live per-stream state (read-only use: clock reports, offsets, rates)."""
         return self._streams
