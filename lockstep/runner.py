@@ -241,16 +241,16 @@ async def _build(running: RoleSet, settings: Settings, pools: list[str]) -> None
     if "align" in roles:
         aligner = AlignAgent(settings, telemetry, outbox)
         running.aligners.append(aligner)
-        # Ticks at the aligner's own deadlines (AlignAgent.wake_us), at least every 100 ms.
+        # Ticks at the aligner's own deadlines (AlignAgent.wake_us), and every tick_ms.
         running.consumers.append(RoleConsumer(
             kafka, group_id(settings, "align"), list(MEDIA.values()), aligner, outbox,
-            new_group_reset=reset, tick_ms=100))
+            new_group_reset=reset))
     if "route" in roles:
         router = RouteAgent(settings, telemetry, outbox, routed_pools(settings))
         running.routers.append(router)
         running.consumers.append(RoleConsumer(
             kafka, group_id(settings, "route"), [ALIGNED], router, outbox,
-            new_group_reset=reset, tick_ms=100))
+            new_group_reset=reset))
     if "worker" in roles:
         for pool in pools:
             pool_settings = settings.model_copy(
@@ -260,7 +260,7 @@ async def _build(running: RoleSet, settings: Settings, pools: list[str]) -> None
             await agent.start()
             running.consumers.append(RoleConsumer(
                 kafka, group_id(settings, "worker", pool), [requests_topic(pool)], agent,
-                outbox, new_group_reset=reset, tick_ms=100,
+                outbox, new_group_reset=reset,
                 max_records=max(1, settings.worker.max_queue // 2)))
     if running.aligners or running.routers:
         # Where windows are made and routed, breach events switch classes to degraded mode.

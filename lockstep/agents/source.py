@@ -217,10 +217,9 @@ class RoleConsumer(mode.Service):
                         "refused commit; exiting so that the role is restarted")
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue
+            wait_ms = fetch_wait_ms(self.agent.wake_us(), wall_us(), self.tick_ms)
             try:
-                batches = await consumer.getmany(timeout_ms=fetch_wait_ms(
-                    self.agent.wake_us(), wall_us(), self.tick_ms),
-                                                 max_records=self.max_records)
+                batches = await consumer.getmany(timeout_ms=wait_ms, max_records=self.max_records)
             except IllegalStateError:  # between a revocation and the next assignment
                 await asyncio.sleep(self.tick_ms / 1000.0)
                 continue

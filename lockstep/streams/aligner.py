@@ -24,12 +24,12 @@ Per stream:
   continues after the windows a previous owner of the partition emitted.
 * No window spans more than ``align.max_window_ms`` (:mod:`lockstep.streams.alignplan`); a
   token far off its modality's fitted clock is rejected (:mod:`lockstep.streams.clockguard`);
-  the per-stream state is bounded (:mod:`lockstep.streams.alignstreams`).
+  the per-stream state is bounded (:mod:`lockstep.streams.alignstreams`); a poll visits only
+  the streams whose wake time has come (:mod:`lockstep.streams.alignwake`).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +39,7 @@ from lockstep.streams.alignplan import HOP_BASE, Planner, with_frame
 from lockstep.streams.alignready import Readiness
 from lockstep.streams.alignstate import AlignOutput, Plan, Rejected, Stream, TokenKey
 from lockstep.streams.alignstreams import StreamTable
+from lockstep.streams.alignwake import WakeSchedule
 from lockstep.streams.assemble import WindowAssembler
 from lockstep.streams.clockguard import ClockGuard
 from lockstep.streams.matching import Item
@@ -50,7 +51,6 @@ __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]
 
 #: Modalities paired with the anchor whose pairing needs settled clocks (OCR holds a while).
 _PAIRED = (Modality.AUDIO, Modality.SENSOR)
-_NEVER = 1 << 62
 
 
 @dataclass
@@ -63,10 +63,8 @@ class Aligner:
     stride: int = 1
     _table: StreamTable = field(init=False)
     _streams: OrderedDict[str, Stream] = field(init=False)
-    #: (wake time, stream) for every stream, earliest first: a poll visits only the streams
-    #: whose time has come, not all of them (a flood leaves tens of thousands). Entries
-    #: whose time no longer matches the stream's ``queued_us`` are stale and skipped.
-    _due: list[tuple[int, str]] = field(init=False, default_factory=list)
+    #: When each stream must be visited again: a poll visits only those whose time came.
+    _wakes: WakeSchedule = field(init=False, default_factory=WakeSchedule)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -140,7 +138,7 @@ class Aligner:
         Never later than the earliest window deadline, idle check or eviction; it may be
         earlier (a stream re-planned since), and a poll then simply finds nothing due.
         """
-        return self._due[0][0] if self._due else None
+        return self._wakes.next_us
 
     def streams(self) -> dict[str, Stream]:
         """The live per-stream state (read-only use: clock reports, offsets, rates)."""
@@ -252,10 +250,7 @@ class Aligner:
 
     def _schedule(self, stream_id: str, st: Stream) -> None:
         """Queue a poll of the stream at its ``wake_us`` (unless one is queued before)."""
-        wake = st.wake_us
-        if wake < st.queued_us:
-            st.queued_us = wake
-            heapq.heappush(self._due, (wake, stream_id))
+        self._wakes.schedule(stream_id, st)
 
     def settled_before(self, token: Token, now_us: int) -> AlignOutput:
         """Note a token settled outside the aligner (sent late as stale before ``add``).
@@ -325,28 +320,18 @@ class Aligner:
     def poll(self, now_us: int) -> AlignOutput:
         """Emit windows whose deadline has passed; evict streams idle past the TTL."""
         out = AlignOutput()
-        due = self._due
-        if not due or due[0][0] > now_us:
+        wake = self._wakes.next_us
+        if wake is None or wake > now_us:
             return out  # the usual case: nothing of any stream is due yet
         streams = self._streams
-        ready: list[tuple[str, Stream]] = []
-        while due and due[0][0] <= now_us:
-            wake, stream_id = heapq.heappop(due)
-            st = streams.get(stream_id)
-            if st is not None and st.queued_us == wake:  # else stale (gone, or re-queued)
-                st.queued_us = _NEVER
-                ready.append((stream_id, st))
-        for stream_id, st in ready:
+        for stream_id, st in self._wakes.due(now_us, streams):
             if now_us >= st.wake_us:  # else nothing of this stream can be due before then
                 out.windows += self._close_ready(stream_id, st, now_us, flush=False)
                 if now_us - st.last_arrival > self.ttl_us:
                     self._evict(stream_id, st, now_us, out)
                     continue
             self._schedule(stream_id, st)
-        if len(due) > 4 * len(streams) + 1024:  # mostly stale entries: rebuild
-            self._due = [(st.queued_us, sid) for sid, st in streams.items()
-                         if st.queued_us < _NEVER]
-            heapq.heapify(self._due)
+        self._wakes.tidy(streams)
         return out
 
     def _evict(self, stream_id: str, st: Stream, now_us: int, out: AlignOutput) -> None:

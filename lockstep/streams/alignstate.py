@@ -20,6 +20,8 @@ from lockstep.topics.schemas import LateToken, Modality, Window
 
 #: Modalities that arrive at a steady cadence; sparse OCR is never waited for.
 DENSE = frozenset({Modality.VIDEO, Modality.AUDIO, Modality.SENSOR})
+#: A wake time that never comes (no visit queued).
+NEVER = 1 << 62
 #: Per modality, the duplicate check remembers the last 2,048 to 4,096 seqs (two generations).
 _DEDUP_GENERATION = 2048
 
@@ -141,7 +143,7 @@ class Stream:
     #: Before this wall time a poll has nothing to do for the stream.
     wake_us: int = 0
     #: The earliest wake time the aligner has queued for the stream (``NEVER``: none).
-    queued_us: int = 1 << 62
+    queued_us: int = NEVER
     #: The waiting window (start, end, modalities it waits for); None: re-plan on any token.
     pending: tuple[int, int, frozenset[Modality]] | None = None
     #: The waiting window's plan, while no token that could change it has arrived.

@@ -50,6 +50,7 @@ def test_polling_only_at_arrivals_and_wakes_leaves_no_window_past_its_deadline(
     # Wakes come at deadlines, idle checks and evictions, not every millisecond.
     assert wakes <= 4 * len(feed) + 8
 
+
 def test_a_fetch_waits_until_the_agents_wake_up_within_the_tick() -> None:
     now = 1_000_000_000
     assert fetch_wait_ms(None, now, 100) == 100  # no deadline: the tick paces
