@@ -1,5 +1,5 @@
 """``python -m lockstep`` runs the CLI."""
 
-from lockstep.cli import main
+from lockstep.cli.main import main
 
 main()

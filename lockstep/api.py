@@ -29,12 +29,12 @@ from typing import Self
 
 from aiokafka import AIOKafkaConsumer
 
-from lockstep.agents.wait import topic_partitions, wait_for_broker
+from lockstep.config.settings import KafkaSettings, Settings, load_settings
 from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemFailure, WorkItem
 from lockstep.errors import BadInput, LockstepError
-from lockstep.publisher import Publisher
-from lockstep.records import read_records
-from lockstep.streams.settings import KafkaSettings, Settings, load_settings
+from lockstep.kafka.wait import topic_partitions, wait_for_broker
+from lockstep.observe.records import read_records
+from lockstep.producer.publisher import Publisher
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode, decode_as, encode
 from lockstep.topics.schemas import (

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lockstep.streams.broker import EmbeddedBroker
+from lockstep.kafka.embedded import EmbeddedBroker
 from tests.kafka.apache_kafka import ApacheKafka
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import generate_latest
 
-from lockstep.streams.settings import SloSettings
-from lockstep.streams.slo import SloMonitor
-from lockstep.streams.telemetry import Telemetry
-from lockstep.timeseries import HEADER, TimedScrape
+from lockstep.config.settings import SloSettings
+from lockstep.observe.timeseries import HEADER, TimedScrape
+from lockstep.telemetry.metrics import Telemetry
+from lockstep.telemetry.slo import SloMonitor
 
 START = 1_717_000_000.0
 EVERY_S = 5.0

@@ -1,1 +1,1 @@
-"""Thin Faust agents: decode, call the stage operator, produce."""
+"""The roles (decode a batch, call the stage operator, produce) and the process hosting them."""

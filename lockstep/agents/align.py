@@ -1,6 +1,6 @@
 """The ``align`` agent: media.* → aligned.windows (late tokens → late, bad ones → deadletter).
 
-Decodes each token of a batch, hands it to :class:`~lockstep.streams.aligner.Aligner` and
+Decodes each token of a batch, hands it to :class:`~lockstep.streams.align.aligner.Aligner` and
 produces what comes out. A token is acknowledged (its offset becomes committable) only
 when the record that settles it — its window, its late record or its dead letter — is
 acknowledged by the broker, so a crash replays every token whose window was not written.
@@ -20,18 +20,18 @@ import msgpack
 from aiokafka import TopicPartition
 
 from lockstep.agents.memory import MemoryTrimmer
-from lockstep.agents.outbox import Outbox, fit_late, send_dead_letter
-from lockstep.agents.readback import Output, partition_of
+from lockstep.kafka.outbox import Outbox, fit_late, send_dead_letter
+from lockstep.kafka.readback import Output, partition_of
 from lockstep.agents.shed import Shedder
-from lockstep.agents.source import Record, RoleConsumer
+from lockstep.kafka.consumer import Record, RoleConsumer
 from lockstep.errors import BadInput, ReasonCode
-from lockstep.ledger import late_tokens
-from lockstep.streams.aligner import HOP_BASE, Aligner, TokenKey
-from lockstep.streams.rate import RateController, effective_fps
+from lockstep.observe.ledger import late_tokens
+from lockstep.streams.align.aligner import HOP_BASE, Aligner, TokenKey
+from lockstep.streams.align.rate import RateController, effective_fps
 from lockstep.streams.replay import ReplayGuard
-from lockstep.streams.settings import Settings
-from lockstep.streams.staleness import KEEP, SKIPPED, FastForward
-from lockstep.streams.telemetry import Telemetry
+from lockstep.config.settings import Settings
+from lockstep.streams.align.staleness import KEEP, SKIPPED, FastForward
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind
 from lockstep.topics.edge import decode_token

@@ -44,7 +44,7 @@ class MemoryTrimmer:
         threshold: Streams gone since the last trim that justify another.
         min_interval_s: Least time between two trims (a collection costs milliseconds).
         compact: Called first: moves long-lived state out of the small objects that pin
-            the allocator's pools (see :meth:`lockstep.streams.aligner.Aligner.compact`).
+            the allocator's pools (see :meth:`lockstep.streams.align.aligner.Aligner.compact`).
     """
 
     def __init__(self, threshold: int = 1000, min_interval_s: float = 2.0,

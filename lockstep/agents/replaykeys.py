@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 from aiokafka import TopicPartition
 
-from lockstep.agents.readback import Output
+from lockstep.kafka.readback import Output
 from lockstep.errors import BadInput
 from lockstep.streams.replay import ReplayGuard
 from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind

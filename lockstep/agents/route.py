@@ -1,6 +1,6 @@
 """The ``route`` agent: aligned.windows → requests.<pool> (or a response for drops).
 
-Decodes each window of a batch, asks :class:`~lockstep.streams.router.Router` for the
+Decodes each window of a batch, asks :class:`~lockstep.streams.route.router.Router` for the
 request and produces it; the window is acknowledged when the request is. A window that
 reaches route already past its deadline is answered at once (status ``expired``, detail
 ``stale``) instead of queueing work no engine can finish in time; a window with nothing
@@ -17,16 +17,16 @@ from collections.abc import Callable, Iterable, Sequence
 from aiokafka import TopicPartition
 
 from lockstep.agents.memory import MemoryTrimmer
-from lockstep.agents.outbox import Outbox, send_dead_letter, wall_us
-from lockstep.agents.readback import Output
+from lockstep.kafka.outbox import Outbox, send_dead_letter, wall_us
+from lockstep.kafka.readback import Output
 from lockstep.agents.replaykeys import settle_keys
-from lockstep.agents.source import Record, RoleConsumer
+from lockstep.kafka.consumer import Record, RoleConsumer
 from lockstep.errors import BadInput, ReasonCode
 from lockstep.streams.dedupe import RecentKeys
 from lockstep.streams.replay import ReplayGuard
-from lockstep.streams.router import Router
-from lockstep.streams.settings import Settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.streams.route.router import Router
+from lockstep.config.settings import Settings
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as
 from lockstep.topics.schemas import Response, Window

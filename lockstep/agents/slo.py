@@ -1,11 +1,11 @@
 """SLO breach events: detection in every process, degraded mode where windows are made.
 
 :class:`SloTask` feeds the process's stage observations to a
-:class:`~lockstep.streams.slo.SloMonitor` and, on a timer, produces a
+:class:`~lockstep.telemetry.slo.SloMonitor` and, on a timer, produces a
 :class:`~lockstep.topics.schemas.SloEvent` to ``slo.events`` for each breach raised,
 re-announced or cleared. :class:`SloListener` reads ``slo.events`` from its end without a
 consumer group (every process sees every event) into a
-:class:`~lockstep.streams.slo.Degradation`, which the align and route roles ask whether a
+:class:`~lockstep.telemetry.slo.Degradation`, which the align and route roles ask whether a
 window's class is in degraded mode.
 """
 
@@ -18,12 +18,12 @@ import socket
 
 from aiokafka import AIOKafkaConsumer
 
-from lockstep.agents.outbox import Outbox, wall_us
-from lockstep.agents.wait import topic_partitions, wait_for_broker
+from lockstep.kafka.outbox import Outbox, wall_us
+from lockstep.kafka.wait import topic_partitions, wait_for_broker
 from lockstep.errors import BadInput
-from lockstep.streams.settings import Settings
-from lockstep.streams.slo import BREACH, Degradation, SloMonitor, Transition
-from lockstep.streams.telemetry import Telemetry, monotonic_us
+from lockstep.config.settings import Settings
+from lockstep.telemetry.slo import BREACH, Degradation, SloMonitor, Transition
+from lockstep.telemetry.metrics import Telemetry, monotonic_us
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as
 from lockstep.topics.schemas import SloEvent

@@ -1,8 +1,8 @@
 """The ``worker`` agent: requests.<pool> → responses (or the request's reply topic).
 
 Decodes each request of a batch and admits it into the pool's
-:class:`~lockstep.engines.dispatcher.Dispatcher` (deadline- and priority-aware batching,
-see :mod:`lockstep.engines.scheduler`). When the admission queue is full the agent stops
+:class:`~lockstep.engines.batching.dispatcher.Dispatcher` (deadline- and priority-aware batching,
+see :mod:`lockstep.engines.batching.scheduler`). When the admission queue is full the agent stops
 taking batches until it has drained to half, so the consumer stops fetching and memory
 stays bounded whatever the backlog. A request is acknowledged only once its response, or
 the dead letter of a request the engine could not process, has been acknowledged by the
@@ -20,22 +20,22 @@ from typing import TypeAlias
 
 from aiokafka import TopicPartition
 
-from lockstep.agents.outbox import Outbox, send_dead_letter, wall_us
-from lockstep.agents.readback import Output
+from lockstep.kafka.outbox import Outbox, send_dead_letter, wall_us
+from lockstep.kafka.readback import Output
 from lockstep.agents.replaykeys import settle_keys
-from lockstep.agents.source import Record, RoleConsumer
+from lockstep.kafka.consumer import Record, RoleConsumer
 from lockstep.engines.base import ItemFailure
-from lockstep.engines.dispatcher import Dispatcher, Outcome, warm_up
-from lockstep.engines.latency import LatencyModel, LatencyPrior
+from lockstep.engines.batching.dispatcher import Dispatcher, Outcome, warm_up
+from lockstep.engines.batching.latency import LatencyModel, LatencyPrior
 from lockstep.engines.registry import create_engine
-from lockstep.engines.policy import BatchPolicy, SchedulerConfig
-from lockstep.engines.scheduler import make_policy
-from lockstep.engines.worker import build_response
+from lockstep.engines.batching.policy import BatchPolicy, SchedulerConfig
+from lockstep.engines.batching.scheduler import make_policy
+from lockstep.engines.responses import build_response
 from lockstep.errors import BadInput, ReasonCode
 from lockstep.streams.dedupe import RecentKeys
 from lockstep.streams.replay import ReplayGuard
-from lockstep.streams.settings import Settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.config.settings import Settings
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as
 from lockstep.topics.schemas import Request, Response

@@ -1,7 +1,7 @@
 """``lockstep bench align``: Lockstep's aligner against a naive grid, on faulty feeds.
 
 Each repetition generates the seeded chaos feed of its own seed
-(:mod:`lockstep.streams.chaos`) and runs both aligners over it in arrival order, with
+(:mod:`lockstep.bench.faults`) and runs both aligners over it in arrival order, with
 ``now_us`` the arrival time, ``timing_runs`` times each, interleaved (L B B L L B …) so
 that a change in the machine's load hits both alike. The first run's windows are scored
 against the ground truth (:mod:`lockstep.bench.score`); the timed figure of a repetition is
@@ -27,13 +27,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from lockstep.bench.align_report import align_report
+from lockstep.bench.align_summary import align_report
 from lockstep.bench.baseline import GridAligner, GridWindow
+from lockstep.bench.faults import FaultSpec, generate
 from lockstep.bench.machine import MachineWatch
 from lockstep.bench.score import SCORED, Score, Truth, pairing_from_window, score
-from lockstep.streams.aligner import Aligner
-from lockstep.streams.chaos import FaultSpec, generate
-from lockstep.streams.settings import AlignSettings
+from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.aligner import Aligner
 from lockstep.topics.schemas import Modality, Token, Window
 
 SIDES = ("lockstep", "baseline")

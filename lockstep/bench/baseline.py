@@ -18,8 +18,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from lockstep.bench.faults import CaptureKey
 from lockstep.bench.score import Pairing
-from lockstep.streams.chaos import CaptureKey
 from lockstep.topics.schemas import AudioToken, Modality, Token
 
 #: Modalities that arrive at a steady cadence and so are expected in every slot once seen.

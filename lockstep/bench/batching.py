@@ -3,7 +3,7 @@
 The engine is calibrated several times (:func:`~lockstep.bench.trace.calibrate`); the
 trace (:func:`~lockstep.bench.trace.make_trace`) is sized from all calibrations together.
 Each repetition builds the trace of its own seed and replays it in real time through
-:class:`~lockstep.engines.dispatcher.Dispatcher` — the code the worker runs — with (a)
+:class:`~lockstep.engines.batching.dispatcher.Dispatcher` — the code the worker runs — with (a)
 Lockstep's deadline scheduler, (b) a FIFO batcher with a fixed max queue delay (Triton's
 dynamic batcher), (c) batch size 1: interleaved (the order rotates between repetitions)
 on the same started engine, each policy starting from the same latency model. A final
@@ -30,12 +30,12 @@ import numpy as np
 from lockstep.bench.machine import MachineWatch
 from lockstep.bench.stats import divide, per_side, ratio_spread, spread, spread_json
 from lockstep.bench.trace import Arrival, Calibration, TraceSpec, calibrate, loop_clock, make_trace
+from lockstep.config.worker import WorkerSettings
 from lockstep.engines.base import Engine, probe_request
-from lockstep.engines.dispatcher import Dispatcher, Outcome
-from lockstep.engines.latency import LatencyModel, LatencyPrior
-from lockstep.engines.policy import BatchPolicy, SchedulerConfig
-from lockstep.engines.scheduler import make_policy
-from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.engines.batching.dispatcher import Dispatcher, Outcome
+from lockstep.engines.batching.latency import LatencyModel, LatencyPrior
+from lockstep.engines.batching.policy import BatchPolicy, SchedulerConfig
+from lockstep.engines.batching.scheduler import make_policy
 from lockstep.topics.schemas import Request
 
 POLICIES = ("lockstep", "fifo", "batch1")
@@ -330,7 +330,7 @@ def run_batching(engine_name: str, settings: WorkerSettings, options: BatchingOp
         ConfigError: A virtual clock was asked for another engine than the simulated one.
     """
     from lockstep.bench.vclock import run_virtual
-    from lockstep.clikit import run_async
+    from lockstep.cli.base import run_async
     from lockstep.errors import ConfigError
 
     engine = bench_engine(engine_name, settings)

@@ -35,9 +35,9 @@ from lockstep.bench.machine import MachineWatch
 from lockstep.bench.pipeline.passthrough import delete_topics, payloads
 from lockstep.bench.pipeline.procs import cpu_seconds
 from lockstep.bench.stats import spread_json
-from lockstep.streams.broker import EmbeddedBroker
-from lockstep.streams.settings import KafkaSettings
-from lockstep.topics.admin import admin_client, ensure_topics
+from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.admin import admin_client, ensure_topics
+from lockstep.kafka.embedded import EmbeddedBroker
 from lockstep.topics.catalog import TopicSpec
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def _report(reps: list[dict[str, Any]], options: BrokerBenchOptions, embedded: b
 
 def render_broker(report: dict[str, Any]) -> str:
     """The report as text: one row a phase, then the ratios."""
-    from lockstep.bench.fmt import spread_cell, table
+    from lockstep.bench.cells import spread_cell, table
     from lockstep.bench.machine import machine_line
 
     o = report["options"]

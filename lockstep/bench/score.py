@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from lockstep.streams.chaos import Capture, CaptureKey
+from lockstep.bench.faults import Capture, CaptureKey
 from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, Window
 
 #: Modalities scored against the anchor (the anchor itself is video and always right).

@@ -2,7 +2,7 @@
 
 :func:`calibrate` times the engine on batches of 1, 2, 4 … ``max_batch`` at each
 degradation level (the worker's warm-up, on the event loop's clock) into a
-:class:`~lockstep.engines.latency.LatencyModel`. The bench calibrates several times and
+:class:`~lockstep.engines.batching.latency.LatencyModel`. The bench calibrates several times and
 sizes the trace from all of them together, so one lucky or unlucky calibration does not
 set the load.
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lockstep.engines.base import Engine, WorkItem, probe_request
-from lockstep.engines.latency import LatencyModel, LatencyPrior
-from lockstep.engines.policy import SchedulerConfig
+from lockstep.engines.batching.latency import LatencyModel, LatencyPrior
+from lockstep.engines.batching.policy import SchedulerConfig
 
 
 @dataclass(frozen=True)

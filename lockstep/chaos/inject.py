@@ -17,9 +17,9 @@ from aiokafka import AIOKafkaProducer
 from lockstep.chaos.hostile import Hostile, hostile_records
 from lockstep.chaos.readback import Source, token_key
 from lockstep.chaos.scenarios import Flood, HostileInput
-from lockstep.publisher import Publisher
-from lockstep.streams.alignstate import TokenKey
-from lockstep.streams.settings import KafkaSettings
+from lockstep.config.settings import KafkaSettings
+from lockstep.producer.publisher import Publisher
+from lockstep.streams.align.state import TokenKey
 from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, Token, VideoToken
 
 log = logging.getLogger(__name__)

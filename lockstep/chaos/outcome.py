@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from lockstep.ledger import Key, SeenWindow
+from lockstep.observe.ledger import Key, SeenWindow
 
 #: RSS after a flood's eviction may exceed its start by at most this share.
 RSS_TOLERANCE = 0.20

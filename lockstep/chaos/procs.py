@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from lockstep.chaos.apache.node import with_parent
 from lockstep.chaos.scenarios import Processes
+from lockstep.kafka.apache.node import with_parent
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 :class:`TopicReadback` marks the end of ``aligned.windows``, ``late``, ``deadletter`` and
 ``responses`` when a scenario starts, and reads from those marks on (manual assignment,
 no consumer group): what the pipeline wrote, not what its processes say they did. Besides
-the :class:`~lockstep.ledger.Ledger` it keeps when each window and response was first
+the :class:`~lockstep.observe.ledger.Ledger` it keeps when each window and response was first
 produced (the record timestamps, CreateTime), for the recovery time after a fault, and
 which inputs and which tokens were dead-lettered.
 """
@@ -19,11 +19,11 @@ from typing import Any
 import msgpack
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from lockstep.agents.wait import topic_partitions, wait_for_broker
+from lockstep.config.settings import KafkaSettings
 from lockstep.errors import BadInput, BrokerError
-from lockstep.ledger import Key, Ledger, late_tokens
-from lockstep.streams.alignstate import TokenKey
-from lockstep.streams.settings import KafkaSettings
+from lockstep.kafka.wait import topic_partitions, wait_for_broker
+from lockstep.observe.ledger import Key, Ledger, late_tokens
+from lockstep.streams.align.state import TokenKey
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, TOKEN_KINDS, Kind, decode, peek_kind
 from lockstep.topics.schemas import DeadLetter, Modality

@@ -23,21 +23,21 @@ from pathlib import Path
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from lockstep.agents.readback import partition_of
-from lockstep.chaos.apache import DEFAULT_POM, ApacheKafka, KafkaCluster
-from lockstep.chaos.groups import groups_of, wait_joined
 from lockstep.chaos.outcome import Outcome, answer_wait_s, recovery_s
 from lockstep.chaos.procs import Pipeline, running
 from lockstep.chaos.readback import TopicReadback
 from lockstep.chaos.scenarios import Flood, KillRole, Scenario
 from lockstep.chaos.strike import Brokers, Strike, strike, wait_evicted
+from lockstep.config.settings import Settings, load_settings
 from lockstep.errors import BrokerError, LockstepError
-from lockstep.logfilter import LIBRDKAFKA
-from lockstep.publisher import publish_synthetic
-from lockstep.streams.alignstate import TokenKey
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
-from lockstep.topics.admin import ensure_topics
+from lockstep.kafka.admin import ensure_topics
+from lockstep.kafka.apache import DEFAULT_POM, ApacheKafka, KafkaCluster
+from lockstep.kafka.groups import groups_of, wait_joined
+from lockstep.kafka.logfilter import LIBRDKAFKA
+from lockstep.kafka.readback import partition_of
+from lockstep.producer.publisher import publish_synthetic
+from lockstep.streams.align.state import TokenKey
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.catalog import catalog
 
 log = logging.getLogger(__name__)

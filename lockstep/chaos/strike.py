@@ -15,18 +15,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lockstep.agents.readback import partition_of
-from lockstep.chaos.apache import ApacheKafka, KafkaCluster, KafkaNode
-from lockstep.chaos.groups import busiest, describe, groups_of
 from lockstep.chaos.inject import Sent, send_flood, send_hostile
 from lockstep.chaos.outcome import Rss
 from lockstep.chaos.procs import Pipeline, RoleProcess
 from lockstep.chaos.readback import Source
 from lockstep.chaos.scenarios import BrokerDown, Flood, HostileInput, KillRole, Scenario
+from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError, LockstepError
-from lockstep.metrics_view import fetch, parse
-from lockstep.streams.alignstate import TokenKey
-from lockstep.streams.settings import Settings
+from lockstep.kafka.apache import ApacheKafka, KafkaCluster, KafkaNode
+from lockstep.kafka.groups import busiest, describe, groups_of
+from lockstep.kafka.readback import partition_of
+from lockstep.observe.metrics import fetch, parse
+from lockstep.streams.align.state import TokenKey
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,1 @@
-"""Inference engines and the batching worker."""
+"""Inference engines (reference, cpu, trtllm, openai, plugins), prompts, and batching."""

@@ -23,7 +23,7 @@ from typing import Self
 import numpy as np
 
 from lockstep.errors import EngineError, EngineTimeout
-from lockstep.streams.telemetry import Telemetry
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.schemas import Modality, ModalityState, Request, Timeline, VideoToken, Window
 
 log = logging.getLogger(__name__)

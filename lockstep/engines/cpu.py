@@ -28,7 +28,7 @@ from lockstep.engines.base import (
 )
 from lockstep.engines.prompt import build_prompt
 from lockstep.errors import EngineUnavailable
-from lockstep.streams.worker_settings import CpuEngineSettings
+from lockstep.config.worker import CpuEngineSettings
 
 INSTALL_HINT = "pip install 'lockstep-stream[cpu]'  (torch, torchvision, transformers, pillow)"
 

@@ -19,7 +19,7 @@ import aiohttp
 from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
 from lockstep.engines.prompt import build_prompt, openai_messages
 from lockstep.errors import EngineError
-from lockstep.streams.worker_settings import OpenAISettings
+from lockstep.config.worker import OpenAISettings
 
 
 class ServerUnavailable(EngineError):

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from lockstep.engines.base import WorkItem
 from lockstep.errors import EngineUnavailable
-from lockstep.topics.media import pixels
+from lockstep.topics.payloads import pixels
 from lockstep.topics.schemas import VideoToken, Window
 
 SYSTEM = ("You are the perception model of a real-time assistant. Describe what is happening "

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemResult, WorkItem
-from lockstep.topics.media import pcm, pixels
+from lockstep.topics.payloads import pcm, pixels
 from lockstep.topics.schemas import AudioToken, VideoToken, Window
 
 

@@ -19,8 +19,8 @@ from importlib.metadata import entry_points
 
 from lockstep.engines.base import Engine
 from lockstep.errors import ConfigError
-from lockstep.streams.telemetry import Telemetry
-from lockstep.streams.worker_settings import BUILT_IN_ENGINES, WorkerSettings
+from lockstep.telemetry.metrics import Telemetry
+from lockstep.config.worker import BUILT_IN_ENGINES, WorkerSettings
 
 log = logging.getLogger(__name__)
 CPU_HINT = "pip install 'lockstep-stream[cpu]'"

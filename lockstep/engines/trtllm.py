@@ -21,7 +21,7 @@ from typing import Any
 from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemResult, WorkItem
 from lockstep.engines.prompt import Prompt, build_prompt
 from lockstep.errors import EngineUnavailable
-from lockstep.streams.worker_settings import TrtllmSettings
+from lockstep.config.worker import TrtllmSettings
 
 INSTALL_HINT = ("TensorRT-LLM is not installed: run the worker in NVIDIA's TensorRT-LLM "
                 "release image (nvcr.io/nvidia/tensorrt-llm/release) with "

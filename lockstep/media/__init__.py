@@ -4,7 +4,7 @@
   chunking, pacing).
 - :mod:`lockstep.media.source`: a PyAV source that yields video and audio tokens.
 - :mod:`lockstep.media.sidecar`: OCR and sensor tokens from JSONL files (docs/media.md).
-- :mod:`lockstep.media.perception`: optional ASR (pocketsphinx) and OCR (rapidocr).
-- :mod:`lockstep.media.run`: several streams published in parallel.
-- :mod:`lockstep.media.synth`: writes an mp4 plus sidecars with ground-truth timestamps.
+- :mod:`lockstep.media.recognizers`: optional ASR (pocketsphinx) and OCR (rapidocr).
+- :mod:`lockstep.media.publishing`: several streams published in parallel.
+- :mod:`lockstep.media.patternclip`: writes an mp4 plus sidecars with ground-truth timestamps.
 """

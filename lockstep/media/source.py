@@ -3,7 +3,7 @@
 Video frames are sampled to a target rate, resized and encoded (JPEG by default); audio is
 resampled to 16 kHz mono ``pcm_s16le`` and cut into chunks of 20-40 ms. Capture times come
 from the container's PTS through a :class:`~lockstep.media.timing.CaptureClock`. Decoding
-does nothing else: perception (:mod:`lockstep.media.perceive`) reads the published tokens
+does nothing else: perception (:mod:`lockstep.media.perception`) reads the published tokens
 beside the stream, never in front of it.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 
 from lockstep.errors import ConfigError, MediaError
 from lockstep.media.timing import AudioChunker, CaptureClock, FrameSampler, parse_anchor
-from lockstep.streams.confidence import video_quality
+from lockstep.streams.route.confidence import video_quality
 from lockstep.topics.schemas import AudioToken, Token, VideoToken
 
 VideoFormat = Literal["jpeg", "png", "rgb24", "gray8"]

@@ -3,7 +3,7 @@
 Pure. When a role takes over partitions, the records after the group's committed offset
 are replayed; some of them were already settled by the previous owner (it produced their
 window, late record, request, response or dead letter, but died before committing). The
-agent reads those outputs back from the topics (:mod:`lockstep.agents.readback`) into a
+agent reads those outputs back from the topics (:mod:`lockstep.kafka.readback`) into a
 :class:`ReplayGuard`; a replayed input the guard knows is acknowledged without producing
 anything. So an output key is written once — the same key always carries the same
 content, and de-duplicating on (``stream_id``, ``window_seq``) never drops data — and every
@@ -19,7 +19,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from lockstep.streams.alignstate import TokenKey
+from lockstep.streams.align.state import TokenKey
 from lockstep.topics.schemas import Modality
 
 P = TypeVar("P", bound=Hashable)

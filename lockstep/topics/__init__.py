@@ -1,1 +1,1 @@
-"""Topic catalog, message schemas and the wire codec."""
+"""Wire contracts: the topic catalog, message schemas, codec, keys, validation, vectors."""

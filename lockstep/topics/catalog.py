@@ -2,7 +2,7 @@
 
 Every record is keyed by ``stream_id``. The four ``media.*`` topics must have the same
 partition count (co-partitioning), so that one align task sees every modality of a stream;
-:mod:`lockstep.topics.admin` checks this on the live cluster rather than assuming it.
+:mod:`lockstep.kafka.admin` checks this on the live cluster rather than assuming it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from lockstep.streams.settings import TopicsSettings
+from lockstep.config.settings import TopicsSettings
 from lockstep.topics.schemas import Modality
 
 MEDIA: Final[Mapping[Modality, str]] = {

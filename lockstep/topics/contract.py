@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from lockstep.streams.settings import KafkaSettings, TopicsSettings
+from lockstep.config.settings import KafkaSettings, TopicsSettings
 from lockstep.topics import catalog
 from lockstep.topics.codec import MODELS, STRICT_KINDS, VERSION, Kind
 from lockstep.topics.edge import kind_of_topic

@@ -13,7 +13,7 @@ from typing import Final
 from lockstep.errors import BadInput, DecodeError, ReasonCode
 from lockstep.topics import catalog
 from lockstep.topics.codec import DEFAULT_MAX_BYTES, TOKEN_KINDS, Kind, decode, peek_kind
-from lockstep.topics.media import check_encoded
+from lockstep.topics.payloads import check_encoded
 from lockstep.topics.schemas import Token, VideoToken
 
 #: The kind each pipeline topic carries (``requests.*`` and ``responses.*`` by prefix).

@@ -35,7 +35,7 @@ from lockstep.topics.codec import (
 )
 from lockstep.topics.contract import KIND_OF_STEM, STEMS, from_json
 from lockstep.topics.edge import check_frame, decode_token, kind_of_topic
-from lockstep.topics.media import decode_encoded
+from lockstep.topics.payloads import decode_encoded
 from lockstep.topics.schemas import (
     LateToken,
     Request,

@@ -18,7 +18,7 @@ import msgpack
 from pydantic import BaseModel
 
 from lockstep.errors import ReasonCode
-from lockstep.streams.alignplan import HOP_BASE
+from lockstep.streams.align.plan import HOP_BASE
 from lockstep.topics import catalog
 from lockstep.topics.codec import MAGIC, VERSION, Kind, encode
 from lockstep.topics.schemas import (

@@ -41,7 +41,7 @@ def _check(report: dict[str, Any]) -> None:
 
 
 def test_bench_group_runs_align_as_a_program() -> None:
-    code = "from lockstep.bench import bench; bench(prog_name='lockstep bench')"
+    code = "from lockstep.cli.bench import bench; bench(prog_name='lockstep bench')"
     result = _run([sys.executable, "-c", code, *ARGS])
     assert result.returncode == 0, result.stderr[-3000:]
     _check(json.loads(result.stdout))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from lockstep.streams.broker import EmbeddedBroker
+from lockstep.kafka.embedded import EmbeddedBroker
 from tests.clirun import clean_env, lockstep_path
 from tests.clirun import lockstep as _cli
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lockstep.streams.telemetry import Telemetry
+from lockstep.telemetry.metrics import Telemetry
 from tests.clirun import lockstep as _cli
 from tests.reportscenario import write_files
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from lockstep.config.worker import CpuEngineSettings
 from lockstep.engines.base import InferenceResult, WorkItem, probe_request
 from lockstep.engines.cpu import CpuEngine
-from lockstep.streams.worker_settings import CpuEngineSettings
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 import pytest
 
 import lockstep.agents.worker
+from lockstep.config.worker import WorkerSettings
 from lockstep.engines.base import ItemResult, WorkItem
 from lockstep.engines.reference import ReferenceEngine
-from lockstep.streams.telemetry import Telemetry
-from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.telemetry.metrics import Telemetry
 
 
 class SlowEngine(ReferenceEngine):

@@ -20,12 +20,12 @@ import pytest
 from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from lockstep.ledger import Ledger
-from lockstep.observer import Observer
-from lockstep.publisher import PublishReport, publish_synthetic
-from lockstep.runner import prepare_topics
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.agents.runner import prepare_topics
+from lockstep.config.settings import Settings, load_settings
+from lockstep.observe.ledger import Ledger
+from lockstep.observe.observer import Observer
+from lockstep.producer.publisher import PublishReport, publish_synthetic
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from tests.integration.procs import LockstepProcess, lockstep_run
 

@@ -9,7 +9,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 import lockstep.api as api
-from lockstep.runner import prepare_topics
+from lockstep.agents.runner import prepare_topics
 from lockstep.topics import catalog
 from lockstep.topics.schemas import Timeline
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.streams.broker import EmbeddedBroker
+from lockstep.kafka.embedded import EmbeddedBroker
 from tests.integration.procs import lockstep_run
 
 pytestmark = pytest.mark.integration

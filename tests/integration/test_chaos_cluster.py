@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from lockstep.chaos.apache import KafkaCluster
+from lockstep.kafka.apache import KafkaCluster
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 
 from lockstep.chaos.run import ChaosOptions, run_scenario
 from lockstep.chaos.scenarios import Processes, select
-from lockstep.chaos_command import verdict
+from lockstep.cli.chaos import verdict
 
 pytestmark = pytest.mark.integration
 

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from lockstep.agents.outbox import wall_us
+from lockstep.agents.runner import prepare_topics, start_roles
 from lockstep.agents.worker import WorkerAgent
+from lockstep.config.settings import Settings, load_settings
 from lockstep.engines.base import Engine, InferenceResult, ItemResult, WorkItem
-from lockstep.engines.dispatcher import Dispatcher
+from lockstep.engines.batching.dispatcher import Dispatcher
 from lockstep.errors import EngineError, EngineTimeout
-from lockstep.observer import Observer
-from lockstep.runner import prepare_topics, start_roles
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.kafka.outbox import wall_us
+from lockstep.observe.observer import Observer
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import Modality, ModalityState, Request, Timeline, Window

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from lockstep.demo import publish_elsewhere
-from lockstep.runner import prepare_topics
-from lockstep.streams.settings import load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.agents.runner import prepare_topics
+from lockstep.cli.demo_run import publish_elsewhere
+from lockstep.config.settings import load_settings
+from lockstep.telemetry.metrics import Telemetry
 
 pytestmark = pytest.mark.integration
 

@@ -9,15 +9,15 @@ import time
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from lockstep.delivery import PublishReport
+from lockstep.agents.runner import prepare_topics
+from lockstep.config.settings import KafkaSettings, load_settings
 from lockstep.errors import BrokerError
-from lockstep.runner import prepare_topics
-from lockstep.streams.aligner import TokenKey
-from lockstep.streams.settings import KafkaSettings, load_settings
+from lockstep.observe.watch import WatchProcess
+from lockstep.producer.delivery import PublishReport
+from lockstep.streams.align.aligner import TokenKey
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import LateToken, Modality
-from lockstep.watch import WatchProcess
 
 pytestmark = pytest.mark.integration
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from lockstep.agents.runner import prepare_topics
+from lockstep.config.settings import load_settings
+from lockstep.config.worker import WorkerSettings
 from lockstep.engines.base import WorkItem
 from lockstep.engines.registry import create_engine
 from lockstep.errors import ConfigError
-from lockstep.observer import Observer
-from lockstep.runner import prepare_topics
-from lockstep.streams.settings import load_settings
-from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.observe.observer import Observer
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from tests.factories import request

@@ -11,13 +11,13 @@ from contextlib import asynccontextmanager
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from lockstep.agents.app import ROLES
+from lockstep.agents.runner import RoleSet, prepare_topics, start_roles
 from lockstep.chaos.hostile import Hostile, hostile_records
-from lockstep.observer import Observer, drain
-from lockstep.publisher import publish_synthetic
-from lockstep.runner import RoleSet, prepare_topics, start_roles
-from lockstep.streams.app import ROLES
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.config.settings import Settings, load_settings
+from lockstep.observe.observer import Observer, drain
+from lockstep.producer.publisher import publish_synthetic
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from tests.factories import request, video

@@ -19,17 +19,17 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from lockstep.agents.lag import LagExporter
+from lockstep.agents.app import ROLES
+from lockstep.agents.runner import RoleSet, prepare_topics, start_roles
 from lockstep.agents.slo import SloListener
-from lockstep.metrics_view import fetch, parse, summarize
-from lockstep.observer import Observer, drain
-from lockstep.publisher import publish_synthetic
-from lockstep.runner import RoleSet, prepare_topics, start_roles
-from lockstep.streams.app import ROLES
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
-from lockstep.topics.admin import admin_client
-from lockstep.topics.lag import lag_by_topic, partition_lags
+from lockstep.config.settings import Settings, load_settings
+from lockstep.kafka.admin import admin_client
+from lockstep.kafka.lag import lag_by_topic, partition_lags
+from lockstep.kafka.lagexport import LagExporter
+from lockstep.observe.metrics import fetch, parse, summarize
+from lockstep.observe.observer import Observer, drain
+from lockstep.producer.publisher import publish_synthetic
+from lockstep.telemetry.metrics import Telemetry
 from tests.integration.slowengine import SlowEngine, until, use_slow_engine
 
 pytestmark = pytest.mark.integration

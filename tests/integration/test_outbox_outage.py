@@ -12,10 +12,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from lockstep.agents.outbox import Outbox
-from lockstep.chaos.apache import ApacheKafka
-from lockstep.runner import producer
-from lockstep.streams.settings import load_settings
+from lockstep.agents.runner import producer
+from lockstep.config.settings import load_settings
+from lockstep.kafka.apache import ApacheKafka
+from lockstep.kafka.outbox import Outbox
 
 pytestmark = pytest.mark.integration
 

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lockstep.ledger import SeenResponse
-from lockstep.media.captioned import Caption, CaptionedClip, Speech, write_captioned
-from lockstep.observer import Observer
-from lockstep.runner import prepare_topics, start_roles
-from lockstep.streams.app import ROLES
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.agents.app import ROLES
+from lockstep.agents.runner import prepare_topics, start_roles
+from lockstep.config.settings import Settings, load_settings
+from lockstep.media.captionclip import Caption, CaptionedClip, Speech, write_captioned
+from lockstep.observe.ledger import SeenResponse
+from lockstep.observe.observer import Observer
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode
 from lockstep.topics.schemas import Modality, OcrToken, VideoToken, Window

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from lockstep.observer import Observer, drain
-from lockstep.publisher import publish_synthetic
-from lockstep.runner import prepare_topics, start_roles
-from lockstep.streams.app import ROLES
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.synthetic import SyntheticConfig
-from lockstep.streams.telemetry import Telemetry
+from lockstep.agents.app import ROLES
+from lockstep.agents.runner import prepare_topics, start_roles
+from lockstep.config.settings import Settings, load_settings
+from lockstep.observe.observer import Observer, drain
+from lockstep.producer.publisher import publish_synthetic
+from lockstep.producer.synthetic import SyntheticConfig
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import Modality

@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lockstep.media.synth import GroundTruth, SynthSpec, write_media
-from lockstep.runner import prepare_topics, start_roles
-from lockstep.streams.app import ROLES
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.agents.app import ROLES
+from lockstep.agents.runner import prepare_topics, start_roles
+from lockstep.config.settings import Settings, load_settings
+from lockstep.media.patternclip import GroundTruth, SynthSpec, write_media
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode
 from lockstep.topics.schemas import Response, Window

@@ -10,11 +10,11 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lockstep.runner import prepare_topics
-from lockstep.streams.settings import Settings, load_settings
+from lockstep.agents.runner import prepare_topics
+from lockstep.config.settings import Settings, load_settings
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode
-from lockstep.topics.media import check_encoded, pixels
+from lockstep.topics.payloads import check_encoded, pixels
 from lockstep.topics.schemas import Modality, VideoToken
 from tests.clirun import lockstep as cli
 

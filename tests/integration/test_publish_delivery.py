@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lockstep.logfilter import CLIENT_LOGGERS, route_client_logs
-from lockstep.media.synth import GroundTruth, SynthSpec, write_media
-from lockstep.publisher import Publisher, publish_synthetic
-from lockstep.streams.aligner import TokenKey
-from lockstep.streams.settings import KafkaSettings
-from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
-from lockstep.streams.telemetry import Telemetry
+from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.admin import admin_client, ensure_topics
+from lockstep.kafka.logfilter import CLIENT_LOGGERS, route_client_logs
+from lockstep.media.patternclip import GroundTruth, SynthSpec, write_media
+from lockstep.producer.publisher import Publisher, publish_synthetic
+from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.streams.align.aligner import TokenKey
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
-from lockstep.topics.admin import admin_client, ensure_topics
 from lockstep.topics.codec import decode
 from tests.clirun import lockstep as cli
 from tests.kafka.restartable import RestartableKafka
@@ -169,7 +169,7 @@ async def test_synthetic_publish_acknowledges_every_token_across_a_broker_restar
     assert in_kafka == report.keys, summary
     assert _by_modality(in_kafka) == report.by_modality == report.sent
     # one line per interval while down, one when back: not one per record or retry
-    outage_lines = _log_lines(caplog, "lockstep.delivery")
+    outage_lines = _log_lines(caplog, "lockstep.producer.delivery")
     assert any("unreachable for" in line for line in outage_lines), summary
     assert any("reachable again" in line for line in outage_lines), summary
     assert len(outage_lines) <= (down.seconds or 0) / 5.0 + 3, outage_lines
@@ -239,7 +239,7 @@ async def test_publish_waits_for_a_broker_that_is_down_at_start(
                                      Telemetry(), outage_log_s=4.0)
     await back
     assert report.ok and report.keys == await _keys_in_kafka(broker.bootstrap, prefix)
-    lines = _log_lines(caplog, "lockstep.delivery")
+    lines = _log_lines(caplog, "lockstep.producer.delivery")
     assert any("unreachable" in line for line in lines), lines
     assert len(lines) <= 5, lines
 

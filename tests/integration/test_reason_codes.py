@@ -11,12 +11,12 @@ from collections.abc import Sequence
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from lockstep.agents.wait import topic_partitions
+from lockstep.agents.runner import prepare_topics, start_roles
+from lockstep.config.settings import Settings, load_settings
 from lockstep.engines.base import Engine, InferenceResult, ItemResult, WorkItem
 from lockstep.errors import EngineError
-from lockstep.runner import prepare_topics, start_roles
-from lockstep.streams.settings import Settings, load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.kafka.wait import topic_partitions
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode, encode
 from lockstep.topics.schemas import (

@@ -10,13 +10,13 @@ import msgpack
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from lockstep.agents.wait import topic_partitions
-from lockstep.ledger import Ledger, late_tokens
-from lockstep.runner import prepare_topics, start_roles
-from lockstep.streams.aligner import TokenKey
-from lockstep.streams.app import group_id
-from lockstep.streams.settings import load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.agents.app import group_id
+from lockstep.agents.runner import prepare_topics, start_roles
+from lockstep.config.settings import load_settings
+from lockstep.kafka.wait import topic_partitions
+from lockstep.observe.ledger import Ledger, late_tokens
+from lockstep.streams.align.aligner import TokenKey
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, encode
 from lockstep.topics.schemas import AudioToken, Modality, VideoToken

@@ -18,10 +18,10 @@ import time
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from lockstep.observer import Observer
-from lockstep.runner import RoleSet, prepare_topics, start_roles
-from lockstep.streams.settings import load_settings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.agents.runner import RoleSet, prepare_topics, start_roles
+from lockstep.config.settings import load_settings
+from lockstep.observe.observer import Observer
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from tests.factories import request, video

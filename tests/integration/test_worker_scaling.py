@@ -21,10 +21,10 @@ from aiokafka import AIOKafkaProducer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from lockstep.observer import Observer
-from lockstep.runner import prepare_topics
-from lockstep.streams.app import group_id
-from lockstep.streams.settings import load_settings
+from lockstep.agents.app import group_id
+from lockstep.agents.runner import prepare_topics
+from lockstep.config.settings import load_settings
+from lockstep.observe.observer import Observer
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from tests.factories import request, video

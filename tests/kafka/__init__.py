@@ -1,1 +1,1 @@
-"""The test session's Apache Kafka broker (lockstep.chaos.apache) and the pom of its jars."""
+"""The test session's Apache Kafka broker (lockstep.kafka.apache) and the pom of its jars."""

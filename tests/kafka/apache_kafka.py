@@ -1,10 +1,10 @@
-"""The test session's Apache Kafka broker: :mod:`lockstep.chaos.apache`.
+"""The test session's Apache Kafka broker: :mod:`lockstep.kafka.apache`.
 
 ``lockstep chaos`` runs the same launcher (a single node or a three-node cluster, jars
 from ``tests/kafka/pom.xml``).
 """
 
-from lockstep.chaos.apache import (
+from lockstep.kafka.apache import (
     DEFAULT_JVM_OPTS,
     DEFAULT_POM,
     ApacheKafka,

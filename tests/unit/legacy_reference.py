@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lockstep.engines.base import InferenceResult
-from lockstep.topics.media import pcm, pixels
+from lockstep.topics.payloads import pcm, pixels
 from lockstep.topics.schemas import AudioToken, VideoToken, Window
 
 _MIN_SAMPLES = 16

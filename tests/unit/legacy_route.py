@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lockstep.streams.confidence import VideoQuality, ocr_confidence, sensor_confidence
-from lockstep.streams.gate import alignment_gate
-from lockstep.streams.priority import priority, sla_risk
-from lockstep.streams.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Routed
-from lockstep.streams.settings import Domain, RouteSettings, SloSettings
-from lockstep.streams.tokendrop import PatchMask
-from lockstep.topics.media import pcm, pixels
+from lockstep.config.settings import Domain, RouteSettings, SloSettings
+from lockstep.streams.route.confidence import VideoQuality, ocr_confidence, sensor_confidence
+from lockstep.streams.route.gate import alignment_gate
+from lockstep.streams.route.priority import priority, sla_risk
+from lockstep.streams.route.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Routed
+from lockstep.streams.route.tokendrop import PatchMask
+from lockstep.topics.payloads import pcm, pixels
 from lockstep.topics.schemas import AudioToken, Modality, Request, TokenDrop, VideoToken, Window
 
 
@@ -135,7 +135,7 @@ class GateCalibrator:
 
 
 class LegacyRouter:
-    """The old :class:`lockstep.streams.router.Router` (route and confidences only)."""
+    """The old :class:`lockstep.streams.route.router.Router` (route and confidences only)."""
 
     def __init__(self, route: RouteSettings, slo: SloSettings) -> None:
         self._route = route

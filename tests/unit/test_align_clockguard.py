@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockstep.streams.aligner import HOP_BASE, Aligner, AlignOutput
-from lockstep.streams.chaos import FaultSpec, generate
-from lockstep.streams.settings import AlignSettings
+from lockstep.bench.faults import FaultSpec, generate
+from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput
 from lockstep.topics.schemas import Modality, Token
 from tests.factories import T0, audio, video
 

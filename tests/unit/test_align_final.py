@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.streams.aligner import Aligner, AlignOutput
-from lockstep.streams.settings import AlignSettings
-from lockstep.streams.synthetic import SyntheticStream
+from lockstep.config.settings import AlignSettings
+from lockstep.producer.synthetic import SyntheticStream
+from lockstep.streams.align.aligner import Aligner, AlignOutput
 from lockstep.topics.codec import decode, encode
 from lockstep.topics.schemas import Modality, Token
 from tests.factories import T0, audio, video

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockstep.streams.aligner import Aligner, AlignOutput
-from lockstep.streams.marks import Closed, EvictedMarks
-from lockstep.streams.settings import AlignSettings
+from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.aligner import Aligner, AlignOutput
+from lockstep.streams.align.marks import Closed, EvictedMarks
 from tests.factories import T0, video
 
 pytestmark = pytest.mark.unit
@@ -60,8 +60,8 @@ def test_a_returning_stream_whose_only_token_is_late_is_still_evicted_after_its_
 
 _FLOOD = textwrap.dedent("""
     import ctypes, gc, sys
-    from lockstep.streams.aligner import Aligner
-    from lockstep.streams.settings import AlignSettings
+    from lockstep.streams.align.aligner import Aligner
+    from lockstep.config.settings import AlignSettings
     from lockstep.topics.schemas import Modality
     from tests.factories import T0, video
 

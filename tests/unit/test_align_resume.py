@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockstep.streams.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
-from lockstep.streams.chaos import BENCH_MEDIA, FaultSpec, generate
-from lockstep.streams.settings import AlignSettings
+from lockstep.bench.faults import BENCH_MEDIA, FaultSpec, generate
+from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
 from lockstep.topics.schemas import Modality, Token, Window
 from tests.factories import T0, audio, video
 

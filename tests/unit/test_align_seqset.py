@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockstep.streams.aligner import Aligner
-from lockstep.streams.alignstate import Stream
-from lockstep.streams.seqset import SLACK, SPAN, SeqSet
-from lockstep.streams.settings import AlignSettings
+from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.aligner import Aligner
+from lockstep.streams.align.seqset import SLACK, SPAN, SeqSet
+from lockstep.streams.align.state import Stream
 from lockstep.topics.schemas import Modality
 from tests.factories import T0, video
 

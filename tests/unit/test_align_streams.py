@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
-from lockstep.streams.aligner import Aligner, AlignOutput, TokenKey
-from lockstep.streams.settings import AlignSettings
+from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.aligner import Aligner, AlignOutput, TokenKey
 from lockstep.topics.schemas import Token
 from tests.factories import T0, audio, video
 

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockstep.agents.source import fetch_wait_ms
-from lockstep.streams.aligner import Aligner
-from lockstep.streams.settings import AlignSettings
+from lockstep.config.settings import AlignSettings
+from lockstep.kafka.consumer import fetch_wait_ms
+from lockstep.streams.align.aligner import Aligner
 from lockstep.topics.schemas import Modality, Token
 from tests.factories import T0, video
 from tests.unit.test_aligner import deliveries

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lockstep.streams.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
-from lockstep.streams.settings import AlignSettings
-from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.config.settings import AlignSettings
+from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
 from lockstep.topics.schemas import Modality, Token, Window
 from tests.factories import T0, audio, sensor, video
 

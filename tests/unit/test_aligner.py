@@ -6,10 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockstep.streams.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
-from lockstep.streams.matching import distance
-from lockstep.streams.settings import AlignSettings
-from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.config.settings import AlignSettings
+from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
+from lockstep.streams.align.matching import distance
 from lockstep.topics.schemas import AudioToken, Modality, Token, Window
 from tests.factories import T0, audio, ocr, sensor, video
 

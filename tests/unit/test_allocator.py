@@ -1,9 +1,9 @@
-"""The align role's allocator environment (lockstep.allocator)."""
+"""The align role's allocator environment (lockstep.agents.allocator)."""
 
 import pytest
 
-from lockstep import allocator
-from lockstep.allocator import allocator_env
+from lockstep.agents import allocator
+from lockstep.agents.allocator import allocator_env
 
 pytestmark = pytest.mark.unit
 

@@ -4,12 +4,12 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from lockstep.bench import bench
 from lockstep.bench.align import AlignBenchOptions, run_align_bench
+from lockstep.bench.align_table import render_align
 from lockstep.bench.baseline import GridAligner, GridOutput
-from lockstep.bench.render import render_align
+from lockstep.bench.faults import Capture, CaptureKey, FaultSpec, generate
 from lockstep.bench.score import Pairing, Truth, pairing_from_window, score
-from lockstep.streams.chaos import Capture, CaptureKey, FaultSpec, generate
+from lockstep.cli.bench import bench
 from lockstep.topics.schemas import Modality, ModalityState, Token, Window
 from tests.factories import T0, audio, ocr, sensor, video
 

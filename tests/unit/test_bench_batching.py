@@ -18,9 +18,9 @@ from lockstep.bench.batching import (
     run_batching,
     verdict,
 )
-from lockstep.bench.render_batching import render_batching
+from lockstep.bench.batching_table import render_batching
 from lockstep.bench.trace import TraceSpec, make_trace
-from lockstep.streams.worker_settings import WorkerSettings
+from lockstep.config.worker import WorkerSettings
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from lockstep.bench.all import Section, as_markdown, render_markdown
+from lockstep.bench.markdown import Section, as_markdown, render_markdown
 from lockstep.bench.pipeline.demo_shape import marginal_cpu_ms
 from lockstep.bench.pipeline.metrics import degraded, diff, figures
 from lockstep.bench.pipeline.passthrough import sustained_rate
@@ -23,12 +23,12 @@ from lockstep.bench.pipeline.ramp import (
     recovery_seconds,
     rss_growth,
 )
-from lockstep.bench.pipeline.render import render_pipeline
 from lockstep.bench.pipeline.steps import split
+from lockstep.bench.pipeline.table import render_pipeline
 from lockstep.bench.stats import spread_json
-from lockstep.metrics_view import parse
-from lockstep.streams.settings import SloSettings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.config.settings import SloSettings
+from lockstep.observe.metrics import parse
+from lockstep.telemetry.metrics import Telemetry
 
 pytestmark = pytest.mark.unit
 

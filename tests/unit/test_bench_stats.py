@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.bench.fmt import spread_cell, table
+from lockstep.bench.cells import spread_cell, table
 from lockstep.bench.machine import (
     MachineWatch,
     cpu_model,

@@ -1,6 +1,6 @@
 import pytest
 
-from lockstep.streams.settings import TopicsSettings
+from lockstep.config.settings import TopicsSettings
 from lockstep.topics.catalog import MEDIA, catalog, requests_topic
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from lockstep.streams.chaos import BENCH_MEDIA, ChaosFeed, Clock, FaultSpec, generate
+from lockstep.bench.faults import BENCH_MEDIA, ChaosFeed, Clock, FaultSpec, generate
 from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, VideoToken
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from lockstep.chaos.outcome import Outcome, Rss, answer_wait_s, recovery_s
-from lockstep.chaos_command import as_json, chaos, render_table, verdict
-from lockstep.clikit import LockstepGroup
-from lockstep.ledger import SeenWindow
+from lockstep.cli.base import LockstepGroup
+from lockstep.cli.chaos import as_json, chaos, render_table, verdict
+from lockstep.observe.ledger import SeenWindow
 
 pytestmark = pytest.mark.unit
 

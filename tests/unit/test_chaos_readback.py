@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from lockstep.chaos.readback import TopicReadback, token_key
-from lockstep.streams.alignstate import TokenKey
-from lockstep.streams.settings import KafkaSettings
+from lockstep.config.settings import KafkaSettings
+from lockstep.streams.align.state import TokenKey
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import (

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.agents.readback import partition_of
-from lockstep.chaos.apache.config import NodeAddress, server_properties
 from lockstep.chaos.procs import parse_vmrss
 from lockstep.chaos.run import ChaosOptions, expected_members, live_stream_ids, role_env
 from lockstep.chaos.scenarios import (
@@ -19,8 +17,10 @@ from lockstep.chaos.scenarios import (
     Scenario,
     select,
 )
+from lockstep.config.settings import load_settings
 from lockstep.errors import ConfigError
-from lockstep.streams.settings import load_settings
+from lockstep.kafka.apache.config import NodeAddress, server_properties
+from lockstep.kafka.readback import partition_of
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.streams.settings import RouteSettings
+from lockstep.config.settings import RouteSettings
 
 pytestmark = pytest.mark.unit
 

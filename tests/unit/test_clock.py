@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from lockstep.streams.clock import CaptureClock, ClockLag, LagFloor
-from lockstep.streams.clockguard import ClockGuard
+from lockstep.streams.align.clock import CaptureClock, ClockLag, LagFloor
+from lockstep.streams.align.clockguard import ClockGuard
 from lockstep.topics.schemas import Modality
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockstep.streams.confidence import (
+from lockstep.streams.route.confidence import (
     audio_confidence,
     box_plausibility,
     ocr_confidence,
@@ -13,7 +13,7 @@ from lockstep.streams.confidence import (
     video_confidence,
     video_quality,
 )
-from lockstep.streams.gate import GateCalibrator, alignment_gate, weighted_confidence
+from lockstep.streams.route.gate import GateCalibrator, alignment_gate, weighted_confidence
 from lockstep.topics.schemas import AudioToken, OcrToken, VideoToken
 from tests.factories import T0, audio, ocr, sensor
 

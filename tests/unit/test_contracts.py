@@ -11,8 +11,8 @@ import msgpack
 import pytest
 import yaml
 
+from lockstep.config.settings import KafkaSettings, TopicsSettings
 from lockstep.errors import BadInput, SchemaError
-from lockstep.streams.settings import KafkaSettings, TopicsSettings
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, Kind, decode, encode
 from lockstep.topics.contract import KIND_OF_STEM, STEMS, asyncapi, from_json, json_schema, to_json

@@ -18,11 +18,11 @@ from aiokafka.errors import (
     NotLeaderForPartitionError,
 )
 
-from lockstep.delivery import DeliveryStats, OutageLog, delivery_line
-from lockstep.publisher import PublishReport
-from lockstep.sender import Outgoing, RetryingSender
-from lockstep.streams.aligner import TokenKey
-from lockstep.streams.settings import KafkaSettings
+from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.sender import Outgoing, RetryingSender
+from lockstep.producer.delivery import DeliveryStats, OutageLog, delivery_line
+from lockstep.producer.publisher import PublishReport
+from lockstep.streams.align.aligner import TokenKey
 from lockstep.topics.schemas import Modality
 
 pytestmark = pytest.mark.unit

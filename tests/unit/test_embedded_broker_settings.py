@@ -1,7 +1,7 @@
 import pytest
 
-from lockstep.streams.broker import EMBEDDED_LINGER_MS, EmbeddedBroker
-from lockstep.streams.settings import KafkaSettings
+from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.embedded import EMBEDDED_LINGER_MS, EmbeddedBroker
 
 pytestmark = pytest.mark.unit
 

@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 from PIL import Image
 
+from lockstep.config.worker import OpenAISettings, TrtllmSettings, WorkerSettings
 from lockstep.engines.base import InferenceResult, ItemFailure, WorkItem
 from lockstep.engines.cpu import CpuEngine
 from lockstep.engines.openai import OpenAIEngine, ServerUnavailable
@@ -17,7 +18,6 @@ from lockstep.engines.prompt import build_prompt, decode_frame, fit, openai_mess
 from lockstep.engines.registry import create_engine, resolve
 from lockstep.engines.trtllm import TrtllmEngine, trtllm_input
 from lockstep.errors import EngineUnavailable
-from lockstep.streams.worker_settings import OpenAISettings, TrtllmSettings, WorkerSettings
 from lockstep.topics.schemas import Modality, VideoToken
 from tests.factories import T0, audio, ocr, request, sensor, video
 
@@ -198,7 +198,7 @@ async def test_cpu_engine_is_deterministic(cpu_engine: CpuEngine) -> None:
 
 
 async def test_cpu_engine_without_weights_in_model_dir_is_a_clear_error(tmp_path: Any) -> None:
-    from lockstep.streams.worker_settings import CpuEngineSettings
+    from lockstep.config.worker import CpuEngineSettings
     engine = CpuEngine(CpuEngineSettings(model_dir=tmp_path))
     with pytest.raises(EngineUnavailable, match=f"cannot load a model from {tmp_path}"):
         await engine.start()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.config.worker import WorkerSettings
 from lockstep.engines.registry import choose, create_engine
-from lockstep.streams.worker_settings import WorkerSettings
 
 pytestmark = pytest.mark.unit
 

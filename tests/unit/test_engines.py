@@ -7,16 +7,16 @@ import pytest
 
 from lockstep.engines import reference
 from lockstep.engines.base import Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
-from lockstep.engines.dispatcher import Dispatcher, Outcome
-from lockstep.engines.latency import LatencyModel, LatencyPrior
-from lockstep.engines.policy import SchedulerConfig
+from lockstep.engines.batching.dispatcher import Dispatcher, Outcome
+from lockstep.engines.batching.latency import LatencyModel, LatencyPrior
+from lockstep.engines.batching.policy import SchedulerConfig
+from lockstep.engines.batching.scheduler import DeadlineScheduler
 from lockstep.engines.reference import ReferenceEngine, describe
-from lockstep.engines.scheduler import DeadlineScheduler
+from lockstep.engines.responses import build_response
 from lockstep.engines.simulated import SimulatedEngine
-from lockstep.engines.worker import build_response
 from lockstep.errors import EngineError, EngineTimeout
-from lockstep.streams.synthetic import SyntheticConfig, SyntheticStream
-from lockstep.streams.telemetry import Telemetry
+from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.schemas import Modality, Request, Window
 from tests.factories import T0, audio, ocr, request, sensor, video
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.streams.app import group_id
-from lockstep.streams.settings import Settings
+from lockstep.agents.app import group_id
+from lockstep.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

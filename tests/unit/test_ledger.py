@@ -6,9 +6,9 @@ import gc
 
 import pytest
 
-from lockstep.ledger import Ledger, TokenSet
-from lockstep.records import Read, describe
-from lockstep.streams.aligner import TokenKey
+from lockstep.observe.ledger import Ledger, TokenSet
+from lockstep.observe.records import Read, describe
+from lockstep.streams.align.aligner import TokenKey
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import LateToken, Modality, ReasonCode, Response, Timeline
 from tests.factories import T0, request

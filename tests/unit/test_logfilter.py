@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lockstep.logfilter import CLIENT_LOGGERS, RateLimitFilter, route_client_logs
+from lockstep.kafka.logfilter import CLIENT_LOGGERS, RateLimitFilter, route_client_logs
 
 pytestmark = pytest.mark.unit
 

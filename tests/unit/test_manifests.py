@@ -19,15 +19,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from lockstep.cli import cli
-from lockstep.manifests import (
+from lockstep.cli.main import cli
+from lockstep.config.settings import Settings, TopicsSettings, load_settings
+from lockstep.kafka.manifests import (
     configmap_environ,
     kafka_topics,
     render_json,
     render_yaml,
     strimzi_manifest,
 )
-from lockstep.streams.settings import Settings, TopicsSettings, load_settings
 from lockstep.topics.catalog import catalog
 
 pytestmark = pytest.mark.unit

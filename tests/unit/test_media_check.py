@@ -13,7 +13,7 @@ from PIL import Image
 from lockstep.errors import BadInput, ReasonCode
 from lockstep.topics.codec import encode
 from lockstep.topics.edge import decode_token
-from lockstep.topics.media import check_encoded, decode_encoded
+from lockstep.topics.payloads import check_encoded, decode_encoded
 from lockstep.topics.schemas import VideoToken
 from tests.factories import T0
 

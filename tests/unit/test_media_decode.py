@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from lockstep.errors import ConfigError, MediaError
+from lockstep.media.patternclip import GroundTruth, SynthSpec, write_media
 from lockstep.media.source import MediaOptions, MediaSource
-from lockstep.media.synth import GroundTruth, SynthSpec, write_media
-from lockstep.topics.media import pcm
+from lockstep.topics.payloads import pcm
 from lockstep.topics.schemas import AudioToken, Token, VideoToken
 
 pytestmark = pytest.mark.unit

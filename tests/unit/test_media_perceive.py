@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lockstep.media.perceive import PerceptionMetrics, TextSink
-from lockstep.media.perception import TextBox
+from lockstep.media.perception import PerceptionMetrics, TextSink
+from lockstep.media.recognizers import TextBox
 from lockstep.topics.schemas import OcrToken, Token
 
 pytestmark = pytest.mark.unit

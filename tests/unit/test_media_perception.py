@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from lockstep.errors import ConfigError
-from lockstep.media import perception
-from lockstep.media.source import MediaOptions, MediaSource
-from lockstep.media.synth import SynthSpec, write_media
-from lockstep.media.tasks import (
+from lockstep.media import recognizers as perception
+from lockstep.media.patternclip import SynthSpec, write_media
+from lockstep.media.recognizer_tasks import (
     AsrConfig,
     ChunkJob,
     FrameJob,
@@ -30,6 +29,7 @@ from lockstep.media.tasks import (
     ReadText,
     Skipped,
 )
+from lockstep.media.source import MediaOptions, MediaSource
 from lockstep.topics.schemas import AudioToken, VideoToken
 
 pytestmark = pytest.mark.unit

@@ -77,7 +77,7 @@ def test_lines_come_top_to_bottom_and_boxes_on_one_row_join_into_one_caption() -
 def test_upper_case_captions_are_read_with_the_spaces_between_their_words() -> None:
     from PIL import Image, ImageDraw, ImageFont
 
-    from lockstep.media.perception import TextReader
+    from lockstep.media.recognizers import TextReader
 
     reader = TextReader()
     font = ImageFont.load_default(size=30)

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockstep.streams.aligner import Aligner, AlignOutput, TokenKey
-from lockstep.streams.router import Router
-from lockstep.streams.settings import AlignSettings, RouteSettings, SloSettings
+from lockstep.config.settings import AlignSettings, RouteSettings, SloSettings
+from lockstep.streams.align.aligner import Aligner, AlignOutput, TokenKey
+from lockstep.streams.route.router import Router
 from lockstep.topics.schemas import Modality, OcrToken, Token, Window
 from tests.factories import T0, audio, video
 

@@ -6,12 +6,12 @@ import pytest
 from prometheus_client import generate_latest
 from rich.console import Console
 
-from lockstep.htmlreport import write_report
-from lockstep.metrics_view import merge, parse, summarize
-from lockstep.streams.settings import SloSettings
-from lockstep.streams.slo import SloMonitor
-from lockstep.streams.telemetry import LATENCY_BUCKETS, Telemetry
-from lockstep.top import render
+from lockstep.config.settings import SloSettings
+from lockstep.observe.htmlreport import write_report
+from lockstep.observe.metrics import merge, parse, summarize
+from lockstep.observe.top import render
+from lockstep.telemetry.metrics import LATENCY_BUCKETS, Telemetry
+from lockstep.telemetry.slo import SloMonitor
 
 pytestmark = pytest.mark.unit
 

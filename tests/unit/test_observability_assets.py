@@ -9,7 +9,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from lockstep.streams.telemetry import Telemetry
+from lockstep.telemetry.metrics import Telemetry
 
 pytestmark = pytest.mark.unit
 

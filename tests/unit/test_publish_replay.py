@@ -6,13 +6,13 @@ import msgpack
 import numpy as np
 import pytest
 
+from lockstep.config.settings import AlignSettings, RouteSettings, SloSettings
 from lockstep.errors import ConfigError
-from lockstep.publishcheck import CaptureSpan, judge_capture, summary_lines
-from lockstep.streams.aligner import Aligner
-from lockstep.streams.router import Router
-from lockstep.streams.settings import AlignSettings, RouteSettings, SloSettings
-from lockstep.streams.slo import SloMonitor
-from lockstep.streams.telemetry import Telemetry
+from lockstep.producer.checks import CaptureSpan, judge_capture, summary_lines
+from lockstep.streams.align.aligner import Aligner
+from lockstep.streams.route.router import Router
+from lockstep.telemetry.metrics import Telemetry
+from lockstep.telemetry.slo import SloMonitor
 from lockstep.topics.codec import HEADER_SIZE, decode, encode
 from lockstep.topics.schemas import Timeline, Token, VideoToken, Window
 from tests.factories import T0, audio, request, sensor, video

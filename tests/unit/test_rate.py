@@ -1,6 +1,6 @@
 import pytest
 
-from lockstep.streams.rate import FALLBACK_FPS, RateController, effective_fps
+from lockstep.streams.align.rate import FALLBACK_FPS, RateController, effective_fps
 
 pytestmark = pytest.mark.unit
 

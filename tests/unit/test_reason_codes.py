@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.agents.outbox import dead_letter_record
 from lockstep.chaos.hostile import Hostile, hostile_records
+from lockstep.config.settings import AlignSettings
 from lockstep.errors import BadInput, ReasonCode
-from lockstep.streams.aligner import Aligner
-from lockstep.streams.settings import AlignSettings
+from lockstep.kafka.outbox import dead_letter_record
+from lockstep.streams.align.aligner import Aligner
 from lockstep.topics.codec import decode, decode_as, encode
 from lockstep.topics.edge import decode_token
 from lockstep.topics.schemas import LateToken, Modality, Token, Window

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.streams.alignstate import TokenKey
+from lockstep.streams.align.state import TokenKey
 from lockstep.streams.replay import ReplayGuard, Resume
 from lockstep.topics.schemas import Modality
 

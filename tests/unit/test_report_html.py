@@ -9,12 +9,12 @@ from typing import Literal
 import pytest
 from prometheus_client import generate_latest
 
-from lockstep.htmlreport import RunDetail, latency_svg, render_html, run_of, write_report
-from lockstep.ledger import Ledger, SeenResponse, SeenWindow
-from lockstep.metrics_view import parse, summarize
-from lockstep.streams.alignstate import TokenKey
-from lockstep.streams.settings import SloSettings
-from lockstep.streams.telemetry import Telemetry
+from lockstep.config.settings import SloSettings
+from lockstep.observe.htmlreport import RunDetail, latency_svg, render_html, run_of, write_report
+from lockstep.observe.ledger import Ledger, SeenResponse, SeenWindow
+from lockstep.observe.metrics import parse, summarize
+from lockstep.streams.align.state import TokenKey
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.schemas import DeadLetter, Modality, Response, SloEvent, Timeline
 from tests.reportscenario import START, scrapes
 

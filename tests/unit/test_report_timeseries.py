@@ -8,9 +8,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from lockstep.errors import ConfigError
-from lockstep.metrics_view import ScrapeError
-from lockstep.streams.telemetry import Telemetry
-from lockstep.timeseries import (
+from lockstep.observe.metrics import ScrapeError
+from lockstep.observe.timeseries import (
     HEADER,
     TimedScrape,
     build_run,
@@ -20,6 +19,7 @@ from lockstep.timeseries import (
     sample,
     save_log,
 )
+from lockstep.telemetry.metrics import Telemetry
 from tests.reportscenario import EVERY_S, ROUNDS, START, scrapes, write_files
 
 pytestmark = pytest.mark.unit

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from PIL import Image
 
+from lockstep.config.settings import RouteSettings, SloSettings
 from lockstep.engines.reference import describe
-from lockstep.streams import tokendrop
-from lockstep.streams.confidence import audio_confidence, video_confidence, video_quality
-from lockstep.streams.priority import has_intent, semantic_importance
-from lockstep.streams.router import Router, _round4
-from lockstep.streams.settings import RouteSettings, SloSettings
-from lockstep.streams.tokendrop import patch_mask
+from lockstep.streams.route import tokendrop
+from lockstep.streams.route.confidence import audio_confidence, video_confidence, video_quality
+from lockstep.streams.route.priority import has_intent, semantic_importance
+from lockstep.streams.route.router import Router, _round4
+from lockstep.streams.route.tokendrop import patch_mask
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import (
     AudioToken,

@@ -3,10 +3,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockstep.streams.gate import MAX_STREAMS
-from lockstep.streams.priority import has_intent, priority, semantic_importance, sla_risk
-from lockstep.streams.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Router
-from lockstep.streams.settings import RouteSettings, SloSettings
+from lockstep.config.settings import RouteSettings, SloSettings
+from lockstep.streams.route.gate import MAX_STREAMS
+from lockstep.streams.route.priority import has_intent, priority, semantic_importance, sla_risk
+from lockstep.streams.route.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Router
 from lockstep.topics.schemas import (
     AudioToken,
     Modality,

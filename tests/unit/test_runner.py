@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 
+from lockstep.agents.runner import parse_roles, pools_in
 from lockstep.errors import ConfigError
-from lockstep.runner import parse_roles, pools_in
 
 pytestmark = pytest.mark.unit
 
@@ -33,9 +33,9 @@ def test_unknown_roles_are_refused_with_the_choices() -> None:
 
 def test_the_roles_producer_sends_at_once_unless_a_linger_is_set(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockstep.agents.runner import producer
     from lockstep.bench.pipeline.passthrough import LINGER_MS, _producer
-    from lockstep.runner import producer
-    from lockstep.streams.settings import load_settings
+    from lockstep.config.settings import load_settings
 
     async def lingers() -> tuple[float, float, float]:
         # aiokafka keeps the linger on its accumulator, in seconds (no public accessor).

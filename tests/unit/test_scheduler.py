@@ -2,15 +2,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockstep.engines.latency import LatencyModel, LatencyPrior
-from lockstep.engines.policy import (
+from lockstep.engines.batching.latency import LatencyModel, LatencyPrior
+from lockstep.engines.batching.policy import (
     FifoBatcher,
     SchedulerConfig,
     SingleBatcher,
     share_budget,
     uncertainty,
 )
-from lockstep.engines.scheduler import DeadlineScheduler, make_policy
+from lockstep.engines.batching.scheduler import DeadlineScheduler, make_policy
 from tests.factories import T0, request
 
 pytestmark = pytest.mark.unit

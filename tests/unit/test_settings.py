@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.config.settings import Settings, load_settings
 from lockstep.errors import ConfigError
-from lockstep.streams.settings import Settings, load_settings
 
 pytestmark = pytest.mark.unit
 

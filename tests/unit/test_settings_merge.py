@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from lockstep.cli import hoist_global_options
-from lockstep.streams.settings import load_settings
+from lockstep.cli.main import hoist_global_options
+from lockstep.config.settings import load_settings
 
 pytestmark = pytest.mark.unit
 
@@ -27,7 +27,7 @@ def test_a_custom_slo_class_adds_to_the_built_in_ones() -> None:
 
 def test_an_unknown_section_is_warned_about_with_a_suggestion(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="lockstep.streams.settings")
+    caplog.set_level(logging.WARNING, logger="lockstep.config.settings")
     load_settings(environ={"LOCKSTEP_ALIGNN__TOLERANCE_MS": "3", "LOCKSTEP_CONFIG": "x"})
     [record] = [r for r in caplog.records if "ignoring" in r.getMessage()]
     assert "LOCKSTEP_ALIGNN__TOLERANCE_MS" in record.getMessage()

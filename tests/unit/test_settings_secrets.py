@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.config.settings import load_settings
 from lockstep.errors import ConfigError
-from lockstep.streams.settings import load_settings
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockstep.config.settings import SloSettings, load_settings
 from lockstep.errors import ConfigError
-from lockstep.streams.settings import SloSettings, load_settings
-from lockstep.streams.slo import BREACH, RECOVERED, Degradation, Samples, SloMonitor, Transition
+from lockstep.telemetry.slo import BREACH, RECOVERED, Degradation, Samples, SloMonitor, Transition
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockstep.streams.staleness import KEEP, SKIPPED, STALE, FastForward
+from lockstep.streams.align.staleness import KEEP, SKIPPED, STALE, FastForward
 
 STALE_US = 120_000
 

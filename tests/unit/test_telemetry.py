@@ -2,7 +2,7 @@ import urllib.request
 
 import pytest
 
-from lockstep.streams.telemetry import Telemetry
+from lockstep.telemetry.metrics import Telemetry
 
 pytestmark = pytest.mark.unit
 

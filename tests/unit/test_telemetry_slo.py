@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import generate_latest
 from rich.console import Console
 
+from lockstep.config.settings import MetricsSettings, Settings, SloSettings
 from lockstep.errors import ConfigError
-from lockstep.metrics_view import parse, summarize
-from lockstep.streams.settings import MetricsSettings, Settings, SloSettings
-from lockstep.streams.slo import SloMonitor
-from lockstep.streams.telemetry import Telemetry
-from lockstep.top import default_urls, render
+from lockstep.observe.metrics import parse, summarize
+from lockstep.observe.top import default_urls, render
+from lockstep.telemetry.metrics import Telemetry
+from lockstep.telemetry.slo import SloMonitor
 
 pytestmark = pytest.mark.unit
 

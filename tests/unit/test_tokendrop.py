@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from lockstep.streams.router import Router
-from lockstep.streams.settings import RouteSettings, SloSettings
-from lockstep.streams.tokendrop import patch_mask
+from lockstep.config.settings import RouteSettings, SloSettings
+from lockstep.streams.route.router import Router
+from lockstep.streams.route.tokendrop import patch_mask
 from lockstep.topics.codec import decode, encode
 from lockstep.topics.schemas import VideoToken
 from tests.factories import T0

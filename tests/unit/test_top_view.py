@@ -9,11 +9,11 @@ import pytest
 from prometheus_client import generate_latest
 from rich.console import Console
 
-from lockstep.metrics_view import Scrape, ScrapeError, parse
-from lockstep.streams.settings import SloSettings
-from lockstep.streams.telemetry import Telemetry
-from lockstep.top import Frame, TopState, draw, run_top
-from lockstep.topview import sparkline
+from lockstep.config.settings import SloSettings
+from lockstep.observe.metrics import Scrape, ScrapeError, parse
+from lockstep.observe.top import Frame, TopState, draw, run_top
+from lockstep.observe.topview import sparkline
+from lockstep.telemetry.metrics import Telemetry
 from tests.reportscenario import scrapes
 
 pytestmark = pytest.mark.unit

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from lockstep.cli.output import render_topics
+from lockstep.config.settings import TopicsSettings, load_settings
 from lockstep.errors import ConfigError
-from lockstep.report import render_topics
-from lockstep.streams.settings import TopicsSettings, load_settings
-from lockstep.topics.admin import compare
+from lockstep.kafka.admin import compare
 from lockstep.topics.catalog import catalog
 
 pytestmark = pytest.mark.unit

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from lockstep.logfilter import summarised_warnings
-from lockstep.verdict import MachineLoad, sla_verdict
+from lockstep.kafka.logfilter import summarised_warnings
+from lockstep.observe.verdict import MachineLoad, sla_verdict
 
 pytestmark = pytest.mark.unit
 IDLE = MachineLoad(cores=2, load_before=0.2, load_after=0.4)

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.bench.pipeline.procs import BenchProcessError, Child, cpu_seconds
-from lockstep.streams.broker import EmbeddedBroker
-from lockstep.streams.settings import Settings
+from lockstep.config.settings import Settings
+from lockstep.kafka.embedded import EmbeddedBroker
 
 log = logging.getLogger(__name__)
 _RUNNING = re.compile(r"running \S+ in groups")
@@ -82,7 +82,7 @@ class Cluster:
         Raises:
             BenchProcessError: A role exited or did not report itself running in time.
         """
-        from lockstep.runner import prepare_topics
+        from lockstep.agents.runner import prepare_topics
 
         if not self.settings.kafka.bootstrap_servers:
             self.broker = await asyncio.to_thread(EmbeddedBroker().start)

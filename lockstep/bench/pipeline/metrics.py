@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.metrics_view import Scrape, fetch, merge, parse, summarize
-from lockstep.streams.settings import SloSettings
+from lockstep.config.settings import SloSettings
+from lockstep.observe.metrics import Scrape, fetch, merge, parse, summarize
 
 
 async def scrape(urls: Mapping[str, str], timeout_s: float = 5.0) -> dict[str, Scrape]:

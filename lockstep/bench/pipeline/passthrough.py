@@ -25,9 +25,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from confluent_kafka import KafkaException
 
 from lockstep.bench.pipeline.procs import BenchProcessError, cpu_seconds
-from lockstep.streams.settings import KafkaSettings
-from lockstep.streams.synthetic import SyntheticStream
-from lockstep.topics.admin import admin_client, ensure_topics
+from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.admin import admin_client, ensure_topics
+from lockstep.producer.synthetic import SyntheticStream
 from lockstep.topics.catalog import TopicSpec
 from lockstep.topics.codec import encode
 
@@ -56,7 +56,7 @@ def _consumer(kafka: KafkaSettings, group: str | None) -> AIOKafkaConsumer:
 
 
 def _producer(kafka: KafkaSettings) -> AIOKafkaProducer:
-    from lockstep.runner import producer
+    from lockstep.agents.runner import producer
 
     return producer(kafka, linger_ms=LINGER_MS)
 

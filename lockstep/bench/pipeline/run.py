@@ -34,8 +34,8 @@ from lockstep.bench.pipeline.metrics import degraded, e2e_count, per_second, scr
 from lockstep.bench.pipeline.passthrough import measure_passthrough
 from lockstep.bench.pipeline.steps import TOKENS_PER_STREAM_S, Load, Sampled, run_load
 from lockstep.bench.stats import divide, spread_json
+from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError
-from lockstep.streams.settings import Settings
 
 log = logging.getLogger(__name__)
 #: Seconds into the half-capacity step after which its figures are taken again, apart

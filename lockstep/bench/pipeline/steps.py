@@ -18,7 +18,7 @@ from typing import Any
 from lockstep.bench.pipeline.cluster import Cluster, publish_summary
 from lockstep.bench.pipeline.metrics import SpanFigures, diff, e2e_count, figures, scrape
 from lockstep.bench.pipeline.procs import Child, cpu_seconds, rss_bytes
-from lockstep.metrics_view import Scrape
+from lockstep.observe.metrics import Scrape
 
 #: Tokens per second of one synthetic stream (30 fps video, 20 ms audio, 50 Hz sensor, OCR).
 TOKENS_PER_STREAM_S = 132

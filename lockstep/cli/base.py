@@ -1,0 +1,91 @@
+"""Helpers shared by the CLI's commands: settings from flags, running coroutines, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+
+from lockstep.agents.app import install_uvloop
+from lockstep.config.settings import Settings, load_settings
+from lockstep.errors import ConfigError, LockstepError
+
+T = TypeVar("T")
+
+
+def settings_for(ctx: click.Context, **sections: Any) -> Settings:
+    """Settings from --config and the environment, with this command's flags on top."""
+    return load_settings(ctx.obj["config"], **{k: v for k, v in sections.items() if v})
+
+
+def kafka_overrides(bootstrap: str | None) -> dict[str, Any]:
+    """The kafka section override for a --bootstrap flag (nothing when not given)."""
+    return {"bootstrap_servers": bootstrap} if bootstrap else {}
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine on uvloop."""
+    install_uvloop()
+    return asyncio.run(coro)
+
+
+class LockstepGroup(click.Group):
+    """A click group that turns Lockstep's errors into one line and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Invoke the subcommand; exit 2 on configuration errors, 1 on other errors."""
+        try:
+            return super().invoke(ctx)
+        except LockstepError as exc:
+            click.echo(f"lockstep: error: {exc}", err=True)
+            sys.exit(2 if isinstance(exc, ConfigError) else 1)
+
+
+async def until_signalled(*extra: Callable[[], Awaitable[Any]]) -> None:
+    """Wait for SIGINT/SIGTERM (or for any of ``extra`` to finish)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    waiters = [asyncio.ensure_future(stop.wait()), *(asyncio.ensure_future(f()) for f in extra)]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+bootstrap_option = click.option(
+    "--bootstrap", metavar="HOST:PORT[,HOST:PORT]",
+    help="Kafka bootstrap servers (default: LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS).")
+
+
+def check_cluster(settings: Settings, timeout_s: float = 10.0) -> None:
+    """Fail in one line within ``timeout_s`` when the cluster cannot be reached.
+
+    Raises:
+        BrokerError: No bootstrap server answered (the message names them).
+    """
+    run_async(_reach(settings, timeout_s))
+
+
+async def _reach(settings: Settings, timeout_s: float) -> None:
+    from aiokafka.client import AIOKafkaClient
+
+    from lockstep.kafka.wait import wait_for_broker
+
+    kafka = settings.kafka
+    kafka.require_bootstrap()
+    client = AIOKafkaClient(**kafka.aiokafka_options(),
+                            request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await wait_for_broker(client.bootstrap, kafka, what="checking the cluster",
+                              timeout_s=timeout_s)
+    finally:
+        await client.close()

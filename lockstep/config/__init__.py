@@ -1,0 +1,1 @@
+"""Settings: one pydantic-settings model (``LOCKSTEP_…``) and its sections."""

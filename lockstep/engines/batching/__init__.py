@@ -1,0 +1,1 @@
+"""Batching for the ``queue`` stage: policies, the deadline scheduler, the dispatcher."""

@@ -1,0 +1,1 @@
+"""What the pipeline did, for people: scrapes, time series, the ledger, verdicts, reports."""

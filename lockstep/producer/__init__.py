@@ -1,0 +1,1 @@
+"""Tokens onto the bus: the publisher, acknowledged delivery, synthetic streams."""

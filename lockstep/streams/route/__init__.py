@@ -1,0 +1,1 @@
+"""The ``route`` stage: confidence-gated routing of aligned windows to engine pools."""

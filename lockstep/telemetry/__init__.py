@@ -1,0 +1,1 @@
+"""The SLA metrics every stage records into, the SLO accounting, and the HTTP endpoint."""
