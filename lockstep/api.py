@@ -27,13 +27,10 @@ from collections.abc import AsyncIterator, Collection
 from types import TracebackType
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer
-
 from lockstep.config.settings import KafkaSettings, Settings, load_settings
 from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemFailure, WorkItem
 from lockstep.errors import BadInput, LockstepError
-from lockstep.kafka.wait import topic_partitions, wait_for_broker
-from lockstep.observe.records import read_records
+from lockstep.kafka.reader import TopicReader, read_records
 from lockstep.producer.publisher import Publisher
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode, decode_as, encode
@@ -100,45 +97,36 @@ class Subscriber:
     def __init__(self, kafka: KafkaSettings, *, streams: Collection[str] = (),
                  topic: str = catalog.RESPONSES, from_beginning: bool = False,
                  connect_timeout_s: float = 10.0) -> None:
-        self._kafka = kafka
         self._wanted = {s.encode() for s in streams}
         self._topic = topic
         self._from_beginning = from_beginning
-        self._timeout_s = connect_timeout_s
-        self._consumer = AIOKafkaConsumer(**kafka.aiokafka_options(), group_id=None,
-                                          enable_auto_commit=False,
-                                          fetch_max_wait_ms=kafka.fetch_max_wait_ms,
-                                          max_partition_fetch_bytes=kafka.max_record_bytes)
+        self._reader = TopicReader(kafka, [topic], what="subscriber",
+                                   connect_timeout_s=connect_timeout_s)
         self.skipped = 0  #: records on the topic that are not valid responses
 
     async def __aenter__(self) -> Self:
-        consumer = self._consumer
+        reader = self._reader
+        await reader.start()
         try:
-            await wait_for_broker(consumer.start, self._kafka, what="subscriber",
-                                  timeout_s=self._timeout_s)
-            tps = await topic_partitions(consumer, self._topic, self._timeout_s)
-            consumer.assign(tps)
             if self._from_beginning:
-                await consumer.seek_to_beginning(*tps)
+                await reader.seek_to_beginning()
             else:
-                await consumer.seek_to_end(*tps)
-                for tp in tps:
-                    await consumer.position(tp)  # fix the start now, before anything new
+                await reader.seek_to_end()  # fixed now, before anything new
         except BaseException:
-            await consumer.stop()
+            await reader.stop()
             raise
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
                         trace: TracebackType | None) -> None:
-        await self._consumer.stop()
+        await self._reader.stop()
 
     def __aiter__(self) -> AsyncIterator[Response]:
         return self._responses()
 
     async def _responses(self) -> AsyncIterator[Response]:
         while True:
-            batches = await self._consumer.getmany(timeout_ms=500, max_records=500)
+            batches = await self._reader.fetch(timeout_ms=500, max_records=500)
             for records in batches.values():
                 for record in records:
                     if self._wanted and record.key not in self._wanted:

@@ -17,24 +17,24 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgpack
-from aiokafka import TopicPartition
 
 from lockstep.agents.memory import MemoryTrimmer
-from lockstep.kafka.outbox import Outbox, fit_late, send_dead_letter
-from lockstep.kafka.readback import Output, partition_of
 from lockstep.agents.shed import Shedder
-from lockstep.kafka.consumer import Record, RoleConsumer
-from lockstep.errors import BadInput, ReasonCode
-from lockstep.observe.ledger import late_tokens
-from lockstep.streams.align.aligner import HOP_BASE, Aligner, TokenKey
-from lockstep.streams.align.rate import RateController, effective_fps
-from lockstep.streams.replay import ReplayGuard
 from lockstep.config.settings import Settings
+from lockstep.errors import BadInput, ReasonCode
+from lockstep.kafka.consumer import RoleConsumer
+from lockstep.kafka.outbox import Outbox, fit_late, send_dead_letter
+from lockstep.kafka.readback import partition_of
+from lockstep.kafka.types import Record, TopicPartition
+from lockstep.streams.align.aligner import Aligner
+from lockstep.streams.align.rate import RateController, effective_fps
 from lockstep.streams.align.staleness import KEEP, SKIPPED, FastForward
+from lockstep.streams.replay import Output, ReplayGuard
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind
 from lockstep.topics.edge import decode_token
+from lockstep.topics.keys import HOP_BASE, TokenKey, late_tokens
 from lockstep.topics.schemas import LateToken, Modality, Token, Window
 
 log = logging.getLogger(__name__)
@@ -227,8 +227,10 @@ class AlignAgent:
             self.trimmer.observe(streams)
 
     def wake_us(self) -> int | None:
-        """The aligner's next deadline, or the end of catching up (on its own it ends at a
-        tick, which decides it once records stop)."""
+        """The aligner's next deadline, or the end of catching up.
+
+        Catching up ends on its own at a tick, which decides it once records stop.
+        """
         wake = self.aligner.next_wake_us
         if self.aligner.catching_up:
             end = self.behind_at_us + CATCHUP_US

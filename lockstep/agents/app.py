@@ -14,6 +14,10 @@ share its group and split its partitions, which is how operators scale a role.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
 import faust
 import uvloop
 from faust.app.base import BootStrategy
@@ -21,6 +25,7 @@ from faust.app.base import BootStrategy
 from lockstep.config.settings import Settings
 
 ROLES = ("align", "route", "worker")
+T = TypeVar("T")
 
 
 def group_id(settings: Settings, role: str, pool: str | None = None) -> str:
@@ -55,6 +60,13 @@ class LockstepApp(faust.App):
 def install_uvloop() -> None:
     """Use uvloop for every event loop created from now on."""
     uvloop.install()
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine on uvloop."""
+    install_uvloop()
+    return asyncio.run(coro)
+
 
 
 def create_app(settings: Settings, name: str) -> LockstepApp:

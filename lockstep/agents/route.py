@@ -14,18 +14,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
-from aiokafka import TopicPartition
-
 from lockstep.agents.memory import MemoryTrimmer
-from lockstep.kafka.outbox import Outbox, send_dead_letter, wall_us
-from lockstep.kafka.readback import Output
-from lockstep.agents.replaykeys import settle_keys
-from lockstep.kafka.consumer import Record, RoleConsumer
-from lockstep.errors import BadInput, ReasonCode
-from lockstep.streams.dedupe import RecentKeys
-from lockstep.streams.replay import ReplayGuard
-from lockstep.streams.route.router import Router
 from lockstep.config.settings import Settings
+from lockstep.errors import BadInput, ReasonCode
+from lockstep.kafka.consumer import RoleConsumer
+from lockstep.kafka.outbox import Outbox, send_dead_letter, wall_us
+from lockstep.kafka.types import Record, TopicPartition
+from lockstep.streams.dedupe import RecentKeys
+from lockstep.streams.replay import Output, ReplayGuard, settle_keys
+from lockstep.streams.route.router import Router
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as

@@ -9,23 +9,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
-
 from lockstep.agents.align import AlignAgent
-from lockstep.kafka.lagexport import LagExporter
+from lockstep.agents.app import ROLES, LockstepApp, create_app, group_id
 from lockstep.agents.memory import freeze_startup_heap
-from lockstep.kafka.outbox import Outbox
 from lockstep.agents.route import RouteAgent
 from lockstep.agents.slo import SloListener, SloTask
-from lockstep.kafka.consumer import RoleConsumer
-from lockstep.kafka.wait import wait_for_broker
 from lockstep.agents.worker import WorkerAgent
+from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError, ConfigError
-from lockstep.agents.app import ROLES, LockstepApp, create_app, group_id
-from lockstep.config.settings import KafkaSettings, Settings
-from lockstep.telemetry.metrics import Telemetry
 from lockstep.kafka.admin import admin_client, ensure_topics, verify_topics
+from lockstep.kafka.clients import producer
+from lockstep.kafka.consumer import RoleConsumer
+from lockstep.kafka.lagexport import LagExporter
+from lockstep.kafka.outbox import Outbox
+from lockstep.kafka.wait import wait_for_broker
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.catalog import ALIGNED, MEDIA, catalog, requests_topic
 
 log = logging.getLogger(__name__)
@@ -67,6 +65,18 @@ def pools_in(text: str) -> list[str]:
             raise ConfigError(f"{entry!r}: only the worker role takes a pool (worker:POOL)")
         pools.append(pool.strip())
     return list(dict.fromkeys(pools))
+
+
+def groups_of(settings: Settings, roles: str) -> list[str]:
+    """The consumer groups a ``lockstep run --roles ROLES`` process joins."""
+    pools = pools_in(roles) or [settings.worker.pool]
+    names: list[str] = []
+    for role in parse_roles(roles):
+        if role == "worker":
+            names += [group_id(settings, "worker", pool) for pool in pools]
+        else:
+            names.append(group_id(settings, role))
+    return names
 
 
 def routed_pools(settings: Settings) -> list[str]:
@@ -172,7 +182,7 @@ class RoleSet:
                 # not after breach.ttl_ms (which still covers a process that cannot say so).
                 try:
                     await self.slo_task.withdraw()
-                except (BrokerError, KafkaError) as error:  # a failed producer: stop anyway
+                except BrokerError as error:  # a failed producer: stop anyway
                     log.warning("breaches not withdrawn on stop: %s", error)
         finally:
             try:
@@ -180,15 +190,6 @@ class RoleSet:
             finally:
                 for agent in self.workers:
                     await agent.close()
-
-
-def producer(kafka: KafkaSettings, *, linger_ms: float | None = None) -> AIOKafkaProducer:
-    """The process's producer: 1 MB batches, ``kafka.linger_ms``, every replica acknowledges."""
-    return AIOKafkaProducer(
-        **kafka.aiokafka_options(), acks="all",
-        linger_ms=kafka.linger_ms if linger_ms is None else linger_ms,
-        max_batch_size=1_048_576, max_request_size=kafka.max_record_bytes,
-        request_timeout_ms=30_000)
 
 
 async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telemetry,
@@ -211,7 +212,8 @@ async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telem
     pools = sorted(dict.fromkeys(worker_pools or [settings.worker.pool]))
     kafka = settings.kafka
     app = create_app(settings, settings.app_id)
-    outbox = Outbox(producer(kafka), kafka.max_record_bytes)
+    outbox = Outbox(producer(kafka), kafka.max_record_bytes,
+                    bootstrap=kafka.bootstrap_servers or "")
     outbox.on_dead_letter = telemetry.dead_letter
     await wait_for_broker(outbox.start, kafka, what="producer", timeout_s=connect_timeout_s)
     running = RoleSet(app, list(roles), telemetry, outbox)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from aiokafka import TopicPartition
-
 from lockstep.errors import ReasonCode
+from lockstep.kafka.types import TopicPartition
 from lockstep.topics.schemas import MAX_LATE_BATCH, LateToken, Modality, Token
 
 #: Sends a late record settling ``settles``, counting ``count`` tokens late.

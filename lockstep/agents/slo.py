@@ -16,14 +16,12 @@ import logging
 import os
 import socket
 
-from aiokafka import AIOKafkaConsumer
-
-from lockstep.kafka.outbox import Outbox, wall_us
-from lockstep.kafka.wait import topic_partitions, wait_for_broker
-from lockstep.errors import BadInput
 from lockstep.config.settings import Settings
-from lockstep.telemetry.slo import BREACH, Degradation, SloMonitor, Transition
+from lockstep.errors import BadInput
+from lockstep.kafka.outbox import Outbox, wall_us
+from lockstep.kafka.reader import TopicReader
 from lockstep.telemetry.metrics import Telemetry, monotonic_us
+from lockstep.telemetry.slo import BREACH, Degradation, SloMonitor, Transition
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as
 from lockstep.topics.schemas import SloEvent
@@ -89,10 +87,10 @@ class SloListener:
         self.events: list[SloEvent] = []
         self._settings = settings
         self._telemetry = telemetry
-        kafka = settings.kafka
-        self._consumer = AIOKafkaConsumer(
-            **kafka.aiokafka_options(), enable_auto_commit=False, group_id=None,
-            fetch_max_wait_ms=max(kafka.fetch_max_wait_ms, 100))
+        self._reader = TopicReader(settings.kafka, [catalog.SLO_EVENTS],
+                                   what="slo.events listener",
+                                   fetch_wait_ms=max(settings.kafka.fetch_max_wait_ms, 100),
+                                   connect_timeout_s=None)
         self._task: asyncio.Task[None] | None = None
         for name in settings.slo.classes:
             telemetry.slo_degraded.labels(name).set(0)
@@ -101,18 +99,13 @@ class SloListener:
         """Whether ``slo_class`` is in degraded mode now."""
         return self.degradation.degraded(slo_class, monotonic_us())
 
-    async def start(self, timeout_s: float = 15.0) -> None:
+    async def start(self) -> None:
         """Assign ``slo.events`` at its end and start reading."""
-        consumer = self._consumer
-        await wait_for_broker(consumer.start, self._settings.kafka, what="slo.events listener")
+        await self._reader.start()
         try:
-            partitions = await topic_partitions(consumer, catalog.SLO_EVENTS, timeout_s)
-            consumer.assign(partitions)
-            await consumer.seek_to_end(*partitions)
-            for tp in partitions:
-                await consumer.position(tp)
+            await self._reader.seek_to_end()
         except BaseException:
-            await consumer.stop()
+            await self._reader.stop()
             raise
         self._task = asyncio.create_task(self._run(), name="lockstep.slo.listener")
 
@@ -121,7 +114,7 @@ class SloListener:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
+        await self._reader.stop()
 
     def apply(self, event: SloEvent) -> None:
         """Take one event and refresh the degraded-mode gauge."""
@@ -135,7 +128,7 @@ class SloListener:
 
     async def _run(self) -> None:
         while True:
-            batches = await self._consumer.getmany(timeout_ms=500, max_records=500)
+            batches = await self._reader.fetch(timeout_ms=500, max_records=500)
             for records in batches.values():
                 for record in records:
                     try:

@@ -18,23 +18,20 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeAlias
 
-from aiokafka import TopicPartition
-
-from lockstep.kafka.outbox import Outbox, send_dead_letter, wall_us
-from lockstep.kafka.readback import Output
-from lockstep.agents.replaykeys import settle_keys
-from lockstep.kafka.consumer import Record, RoleConsumer
+from lockstep.config.settings import Settings
 from lockstep.engines.base import ItemFailure
 from lockstep.engines.batching.dispatcher import Dispatcher, Outcome, warm_up
 from lockstep.engines.batching.latency import LatencyModel, LatencyPrior
-from lockstep.engines.registry import create_engine
 from lockstep.engines.batching.policy import BatchPolicy, SchedulerConfig
 from lockstep.engines.batching.scheduler import make_policy
+from lockstep.engines.registry import create_engine
 from lockstep.engines.responses import build_response
 from lockstep.errors import BadInput, ReasonCode
+from lockstep.kafka.consumer import RoleConsumer
+from lockstep.kafka.outbox import Outbox, send_dead_letter, wall_us
+from lockstep.kafka.types import Record, TopicPartition
 from lockstep.streams.dedupe import RecentKeys
-from lockstep.streams.replay import ReplayGuard
-from lockstep.config.settings import Settings
+from lockstep.streams.replay import Output, ReplayGuard, settle_keys
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as

@@ -329,8 +329,8 @@ def run_batching(engine_name: str, settings: WorkerSettings, options: BatchingOp
     Raises:
         ConfigError: A virtual clock was asked for another engine than the simulated one.
     """
+    from lockstep.agents.app import run_async
     from lockstep.bench.vclock import run_virtual
-    from lockstep.cli.base import run_async
     from lockstep.errors import ConfigError
 
     engine = bench_engine(engine_name, settings)

@@ -17,7 +17,6 @@ record than a fresh one. tansu's memory storage does; Apache Kafka's segments sh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -28,16 +27,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from confluent_kafka import KafkaException
 
 from lockstep.bench.machine import MachineWatch
-from lockstep.bench.pipeline.passthrough import delete_topics, payloads
+from lockstep.bench.pipeline.passthrough import payloads
 from lockstep.bench.pipeline.procs import cpu_seconds
 from lockstep.bench.stats import spread_json
 from lockstep.config.settings import KafkaSettings
-from lockstep.kafka.admin import admin_client, ensure_topics
+from lockstep.errors import BrokerError
+from lockstep.kafka.admin import admin_client, delete_topics, ensure_topics
 from lockstep.kafka.embedded import EmbeddedBroker
+from lockstep.kafka.probes import HopProbe
 from lockstep.topics.catalog import TopicSpec
 
 log = logging.getLogger(__name__)
@@ -79,92 +78,36 @@ async def _repetition(kafka: KafkaSettings, options: BrokerBenchOptions, topic: 
                       broker_pid: int | None) -> dict[str, Any]:
     admin = admin_client(kafka.confluent_config())
     await asyncio.to_thread(ensure_topics, admin, [TopicSpec(topic, options.partitions, 1)])
-    producer = AIOKafkaProducer(**kafka.aiokafka_options(), linger_ms=1, acks=1)
-    consumer = AIOKafkaConsumer(**kafka.aiokafka_options(), group_id=None,
-                                enable_auto_commit=False,
-                                fetch_max_wait_ms=kafka.fetch_max_wait_ms)
-    tps = [TopicPartition(topic, p) for p in range(options.partitions)]
     out: dict[str, Any] = {"topic": topic}
-    await producer.start()
     try:
-        await consumer.start()
-        try:
-            consumer.assign(tps)
-            await consumer.seek_to_end(*tps)
-            out["empty"] = await _phase(producer, consumer, topic, options, broker_pid)
-            consumer.pause(*tps)
+        async with HopProbe(kafka, topic) as probe:
+            out["empty"] = await _phase(probe, options, broker_pid)
             began = time.monotonic()
-            await _flood(producer, topic, options.held)
+            await probe.fill(itertools.islice(_records(), options.held))
             out["write_held_s"] = round(time.monotonic() - began, 2)
-            await consumer.seek_to_end(*tps)
-            consumer.resume(*tps)
-            out["held"] = await _phase(producer, consumer, topic, options, broker_pid)
-        finally:
-            await consumer.stop()
+            out["held"] = await _phase(probe, options, broker_pid)
     finally:
-        await producer.stop()
         try:
             await asyncio.to_thread(delete_topics, kafka, [topic])
-        except (KafkaException, TimeoutError) as exc:  # the figures stand either way
+        except BrokerError as exc:  # the figures stand either way
             log.warning("could not delete the bench topic %s: %s", topic, exc)
     return out
 
 
-async def _phase(producer: AIOKafkaProducer, consumer: AIOKafkaConsumer, topic: str,
-                 options: BrokerBenchOptions, broker_pid: int | None) -> dict[str, Any]:
+async def _phase(probe: HopProbe, options: BrokerBenchOptions,
+                 broker_pid: int | None) -> dict[str, Any]:
     """Send at the steady rate for the phase's seconds; the hop of every record read."""
-    hops_ms: list[float] = []
-    sent = 0
-    stop, drained = asyncio.Event(), asyncio.Event()
-    want = -1  # how many were sent, once sending is over
-    since_ms = time.time() * 1000
-
-    async def read() -> None:
-        while not stop.is_set():
-            got = await consumer.getmany(timeout_ms=100)
-            now_ms = time.time() * 1000
-            for records in got.values():  # (a record of the flood before it is not timed)
-                hops_ms.extend(now_ms - r.timestamp for r in records if r.timestamp >= since_ms)
-            if 0 <= want <= len(hops_ms):
-                drained.set()
-
-    reader = asyncio.ensure_future(read())
-    records = _records()
     cpu0 = cpu_seconds(broker_pid) if broker_pid else None
-    began = time.monotonic()
-    tick = 0.01
-    per_tick = options.rate * tick
-    try:
-        while (elapsed := time.monotonic() - began) < options.seconds:
-            due = int(per_tick * (elapsed / tick + 1))
-            while sent < due:
-                key, value = next(records)
-                await producer.send(topic, value, key=key, timestamp_ms=int(time.time() * 1000))
-                sent += 1
-            await asyncio.sleep(tick)
-        await producer.flush()
-        want = sent
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(drained.wait(), 5.0)
-    finally:
-        stop.set()
-        await reader
-    wall = time.monotonic() - began
+    times = await probe.steady(_records(), options.rate, options.seconds)
     cpu1 = cpu_seconds(broker_pid) if broker_pid else None
+    sent, hops_ms = times.sent, times.hops_ms
     p50, p99 = (float(x) for x in np.percentile(hops_ms, [50, 99])) if hops_ms else (None, None)
     return {"sent": sent, "read": len(hops_ms),
             "read_share": round(len(hops_ms) / sent, 4) if sent else None,
             "hop_p50_ms": None if p50 is None else round(p50, 2),
             "hop_p99_ms": None if p99 is None else round(p99, 2),
             "broker_cpu_share": None if cpu0 is None or cpu1 is None
-            else round((cpu1 - cpu0) / wall, 3)}
-
-
-async def _flood(producer: AIOKafkaProducer, topic: str, records: int) -> None:
-    """Write ``records`` as fast as the client allows; wait until all are acknowledged."""
-    for key, value in itertools.islice(_records(), records):
-        await producer.send(topic, value, key=key)
-    await producer.flush()
+            else round((cpu1 - cpu0) / times.wall_s, 3)}
 
 
 def _records() -> Iterator[tuple[bytes, bytes]]:

@@ -12,14 +12,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
-
 from lockstep.chaos.hostile import Hostile, hostile_records
 from lockstep.chaos.readback import Source, token_key
 from lockstep.chaos.scenarios import Flood, HostileInput
 from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.clients import RawWriter
 from lockstep.producer.publisher import Publisher
-from lockstep.streams.align.state import TokenKey
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, Token, VideoToken
 
 log = logging.getLogger(__name__)
@@ -52,15 +51,11 @@ async def send_hostile(kafka: KafkaSettings, live: Sequence[str], spec: HostileI
     Returns:
         Each acknowledged record, by where it was written.
     """
-    producer = AIOKafkaProducer(**kafka.aiokafka_options(), acks="all", linger_ms=5,
-                                max_batch_size=1_048_576,
-                                max_request_size=kafka.max_record_bytes)
-    await producer.start()
     sources: dict[Source, Sent] = {}
     aimed: set[TokenKey] = set()
     failed = 0
     began = time.monotonic()
-    try:
+    async with RawWriter(kafka) as writer:
         for second in range(max(1, round(spec.spread_s))):
             batch: list[Hostile] = []
             for i, stream_id in enumerate(live):
@@ -80,18 +75,13 @@ async def send_hostile(kafka: KafkaSettings, live: Sequence[str], spec: HostileI
                     if key is not None:
                         aimed.add(key)
                     batch.append(h)
-            futures = [await producer.send(h.topic, h.value, key=h.key) for h in batch]
-            for hostile, result in zip(batch, await asyncio.gather(*futures,
-                                                                   return_exceptions=True),
-                                       strict=True):
+            results = await writer.write([(h.topic, h.key, h.value) for h in batch])
+            for hostile, result in zip(batch, results, strict=True):
                 if isinstance(result, BaseException):
                     failed += 1
                 else:
-                    sources[(result.topic, result.partition, result.offset)] = Sent(
-                        hostile.kind, token_key(hostile.value))
+                    sources[result] = Sent(hostile.kind, token_key(hostile.value))
             await asyncio.sleep(max(0.0, began + second + 1 - time.monotonic()))
-    finally:
-        await producer.stop()
     if failed:
         log.warning("%d hostile records were not acknowledged", failed)
     return sources

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import msgpack
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from lockstep.config.settings import KafkaSettings
-from lockstep.errors import BadInput, BrokerError
-from lockstep.kafka.wait import topic_partitions, wait_for_broker
-from lockstep.observe.ledger import Key, Ledger, late_tokens
-from lockstep.streams.align.state import TokenKey
+from lockstep.errors import BadInput
+from lockstep.kafka.reader import TopicReader
+from lockstep.kafka.types import Record, TopicPartition
+from lockstep.observe.ledger import Key, Ledger
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, TOKEN_KINDS, Kind, decode, peek_kind
+from lockstep.topics.keys import TokenKey, late_tokens
 from lockstep.topics.schemas import DeadLetter, Modality
 
 log = logging.getLogger(__name__)
@@ -75,16 +74,12 @@ class TopicReadback:
         self.records = 0
         self._kafka = kafka
         self._topics = list(topics)
-        self._consumer: AIOKafkaConsumer | None = None
-        self._partitions: list[TopicPartition] = []
+        self._reader: TopicReader | None = None
         self.marks: dict[TopicPartition, int] = {}
 
-    def _new_consumer(self) -> AIOKafkaConsumer:
-        kafka = self._kafka
-        return AIOKafkaConsumer(
-            **kafka.aiokafka_options(), group_id=None, enable_auto_commit=False,
-            fetch_max_wait_ms=100, max_partition_fetch_bytes=kafka.max_record_bytes,
-            fetch_max_bytes=max(kafka.max_record_bytes, 52_428_800))
+    def _new_reader(self, timeout_s: float) -> TopicReader:
+        return TopicReader(self._kafka, self._topics, what="chaos read-back",
+                           fetch_wait_ms=100, connect_timeout_s=timeout_s)
 
     async def start(self, timeout_s: float = 30.0) -> None:
         """Mark the current end of every output partition.
@@ -95,21 +90,14 @@ class TopicReadback:
         Raises:
             BrokerError: The cluster or a topic is not there within ``timeout_s``.
         """
-        consumer = self._new_consumer()
-        await wait_for_broker(consumer.start, self._kafka, what="chaos read-back",
-                              timeout_s=timeout_s)
-        try:
-            self._partitions = [tp for topic in self._topics
-                                for tp in await topic_partitions(consumer, topic, timeout_s)]
-            self.marks = dict(await consumer.end_offsets(self._partitions))
-        finally:
-            await consumer.stop()
+        async with self._new_reader(timeout_s) as reader:
+            self.marks = await reader.end_offsets()
 
     async def stop(self) -> None:
         """Disconnect."""
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        if self._reader is not None:
+            await self._reader.stop()
+            self._reader = None
 
     async def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read every output partition up to its end as it is now (from the marks at first).
@@ -117,30 +105,17 @@ class TopicReadback:
         Raises:
             BrokerError: The ends were not reached within ``timeout_s``.
         """
-        consumer = self._consumer
-        if consumer is None:
-            self._consumer = consumer = self._new_consumer()
-            await wait_for_broker(consumer.start, self._kafka, what="chaos read-back",
-                                  timeout_s=timeout_s)
-            consumer.assign(self._partitions)
-            for tp, offset in self.marks.items():
-                consumer.seek(tp, offset)
-        deadline = time.monotonic() + timeout_s
-        ends = await consumer.end_offsets(self._partitions)
-        todo = {tp for tp in self._partitions if await consumer.position(tp) < ends[tp]}
-        while todo:
-            if time.monotonic() > deadline:
-                raise BrokerError(f"read-back of {len(todo)} output partitions did not reach "
-                                  f"their end within {timeout_s:.0f} s")
-            batches = await consumer.getmany(*todo, timeout_ms=500, max_records=5000)
-            for tp, records in batches.items():
-                for record in records:
-                    self.add(tp.topic, record)
-            for tp in list(todo):
-                if await consumer.position(tp) >= ends[tp]:
-                    todo.discard(tp)
+        reader = self._reader
+        if reader is None:
+            reader = self._new_reader(timeout_s)
+            await reader.start()
+            self._reader = reader
+            reader.seek(self.marks)
+        async for records in reader.read_until(await reader.end_offsets(), timeout_s=timeout_s):
+            for record in records:
+                self.add(record.topic, record)
 
-    def add(self, topic: str, record: ConsumerRecord[bytes, bytes]) -> None:
+    def add(self, topic: str, record: Record) -> None:
         """Take one output record."""
         self.records += 1
         ledger = self.ledger
@@ -172,7 +147,7 @@ class TopicReadback:
             if dead is not None:
                 self.dead_tokens.add(dead)
 
-    def _keyed(self, kind: Kind, record: ConsumerRecord[bytes, bytes], value: bytes,
+    def _keyed(self, kind: Kind, record: Record, value: bytes,
                conflicts: int) -> None:
         body = msgpack.unpackb(value[HEADER_SIZE:])
         key = (body["stream_id"], int(body["window_seq"]))

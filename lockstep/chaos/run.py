@@ -20,25 +20,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
-
+from lockstep.agents.runner import groups_of
 from lockstep.chaos.outcome import Outcome, answer_wait_s, recovery_s
 from lockstep.chaos.procs import Pipeline, running
 from lockstep.chaos.readback import TopicReadback
 from lockstep.chaos.scenarios import Flood, KillRole, Scenario
 from lockstep.chaos.strike import Brokers, Strike, strike, wait_evicted
 from lockstep.config.settings import Settings, load_settings
-from lockstep.errors import BrokerError, LockstepError
-from lockstep.kafka.admin import ensure_topics
+from lockstep.errors import LockstepError
+from lockstep.kafka.admin import admin_client, ensure_topics, wait_served
 from lockstep.kafka.apache import DEFAULT_POM, ApacheKafka, KafkaCluster
-from lockstep.kafka.groups import groups_of, wait_joined
-from lockstep.kafka.logfilter import LIBRDKAFKA
+from lockstep.kafka.groups import wait_joined
 from lockstep.kafka.readback import partition_of
 from lockstep.producer.publisher import publish_synthetic
-from lockstep.streams.align.state import TokenKey
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.catalog import catalog
+from lockstep.topics.keys import TokenKey
 
 log = logging.getLogger(__name__)
 
@@ -131,30 +128,10 @@ def _create_topics(settings: Settings, timeout_s: float = 30.0) -> None:
     Raises:
         BrokerError: Some partition is not served after ``timeout_s``.
     """
-    admin = AdminClient({**settings.kafka.confluent_config()},
-                        logger=logging.getLogger(LIBRDKAFKA))
+    admin = admin_client(settings.kafka.confluent_config())
     specs = catalog(settings.topics, settings.kafka.max_record_bytes)
     ensure_topics(admin, specs)
-    deadline = time.monotonic() + timeout_s
-    todo = [TopicPartition(s.name, p) for s in specs for p in range(s.partitions)]
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    while True:
-        # Each leader answers for its partitions once it has taken the new topics in.
-        futures = admin.list_offsets({tp: latest for tp in todo},
-                                     request_timeout=5)
-        failed = []
-        for tp, future in futures.items():
-            try:
-                future.result()
-            except KafkaException:
-                failed.append(tp)
-        if not failed:
-            return
-        if time.monotonic() > deadline:
-            raise BrokerError(f"partitions not served {timeout_s:.0f} s after creation: "
-                              f"{', '.join(sorted({tp.topic for tp in failed}))}")
-        todo = failed
-        time.sleep(0.2)
+    wait_served(admin, specs, timeout_s)
 
 
 async def run_scenario(scenario: Scenario, options: ChaosOptions) -> Outcome:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from lockstep.agents.runner import groups_of
 from lockstep.chaos.inject import Sent, send_flood, send_hostile
 from lockstep.chaos.outcome import Rss
 from lockstep.chaos.procs import Pipeline, RoleProcess
@@ -23,10 +24,10 @@ from lockstep.chaos.scenarios import BrokerDown, Flood, HostileInput, KillRole, 
 from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError, LockstepError
 from lockstep.kafka.apache import ApacheKafka, KafkaCluster, KafkaNode
-from lockstep.kafka.groups import busiest, describe, groups_of
+from lockstep.kafka.groups import Group, describe
 from lockstep.kafka.readback import partition_of
 from lockstep.observe.metrics import fetch, parse
-from lockstep.streams.align.state import TokenKey
+from lockstep.topics.keys import TokenKey
 
 log = logging.getLogger(__name__)
 
@@ -203,3 +204,11 @@ async def _flood(settings: Settings, pipeline: Pipeline, prefix: str, fault: Flo
     # The flood is read, aligned and evicted after it is published: the watch goes on.
     return Strike(f"{len(keys)} tokens of {fault.streams} new streams", at_us, tokens=keys,
                   not_delivered=failed, rss_start=start, rss_watch=watch)
+
+
+def busiest(group: Group, partitions: set[int], client_ids: list[str]) -> str:
+    """Of ``client_ids``, the member owning the most of ``partitions`` (any topic)."""
+    def load(client_id: str) -> int:
+        return sum(1 for _, p in group.members.get(client_id, ()) if p in partitions)
+    return max(client_ids, key=load)
+

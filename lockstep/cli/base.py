@@ -1,20 +1,18 @@
-"""Helpers shared by the CLI's commands: settings from flags, running coroutines, signals."""
+"""What every command shares: the group's error handling, settings from flags, signals."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import click
 
-from lockstep.agents.app import install_uvloop
+from lockstep.agents.app import run_async
 from lockstep.config.settings import Settings, load_settings
 from lockstep.errors import ConfigError, LockstepError
-
-T = TypeVar("T")
 
 
 def settings_for(ctx: click.Context, **sections: Any) -> Settings:
@@ -25,12 +23,6 @@ def settings_for(ctx: click.Context, **sections: Any) -> Settings:
 def kafka_overrides(bootstrap: str | None) -> dict[str, Any]:
     """The kafka section override for a --bootstrap flag (nothing when not given)."""
     return {"bootstrap_servers": bootstrap} if bootstrap else {}
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine on uvloop."""
-    install_uvloop()
-    return asyncio.run(coro)
 
 
 class LockstepGroup(click.Group):
@@ -72,20 +64,7 @@ def check_cluster(settings: Settings, timeout_s: float = 10.0) -> None:
     Raises:
         BrokerError: No bootstrap server answered (the message names them).
     """
-    run_async(_reach(settings, timeout_s))
+    from lockstep.kafka.wait import reach
 
-
-async def _reach(settings: Settings, timeout_s: float) -> None:
-    from aiokafka.client import AIOKafkaClient
-
-    from lockstep.kafka.wait import wait_for_broker
-
-    kafka = settings.kafka
-    kafka.require_bootstrap()
-    client = AIOKafkaClient(**kafka.aiokafka_options(),
-                            request_timeout_ms=int(timeout_s * 1000))
-    try:
-        await wait_for_broker(client.bootstrap, kafka, what="checking the cluster",
-                              timeout_s=timeout_s)
-    finally:
-        await client.close()
+    settings.kafka.require_bootstrap()
+    run_async(reach(settings.kafka, timeout_s))

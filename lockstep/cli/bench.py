@@ -138,8 +138,9 @@ def broker_command(ctx: click.Context, bootstrap: str | None, rate: int, seconds
     Shows whether a broker that served a long run or an overload costs more per record.
     See docs/bench.md.
     """
+    from lockstep.agents.app import run_async
     from lockstep.bench.broker import BrokerBenchOptions, render_broker, run_broker_bench
-    from lockstep.cli.base import kafka_overrides, run_async, settings_for
+    from lockstep.cli.base import kafka_overrides, settings_for
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
     options = BrokerBenchOptions(rate=rate, seconds=seconds, held=held, partitions=partitions,

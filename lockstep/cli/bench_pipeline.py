@@ -64,10 +64,11 @@ def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step
     raw consume->produce limit of the same client and broker (--raw-repeats runs,
     interleaved) with the ratio. See docs/bench.md.
     """
+    from lockstep.agents.app import run_async
     from lockstep.bench.pipeline.demo_shape import run_demo_shape
     from lockstep.bench.pipeline.run import PipelineOptions, run_pipeline_bench
     from lockstep.bench.pipeline.table import render_pipeline
-    from lockstep.cli.base import kafka_overrides, run_async, settings_for
+    from lockstep.cli.base import kafka_overrides, settings_for
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
     options = PipelineOptions(step_seconds=step_seconds, start_streams=start_streams,

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
+from lockstep.agents.app import run_async
 from lockstep.chaos.outcome import Outcome, Rss
-from lockstep.cli.base import run_async
 
 _COLUMNS = ("scenario", "published", "lost", "conflicts", "unanswered", "crashes",
             "recovery s", "verdict")

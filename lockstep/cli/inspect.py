@@ -7,8 +7,10 @@ import time
 
 import click
 
-from lockstep.cli.base import bootstrap_option, kafka_overrides, run_async, settings_for
-from lockstep.observe.records import as_json, describe, parse_since, read_records
+from lockstep.agents.app import run_async
+from lockstep.cli.base import bootstrap_option, kafka_overrides, settings_for
+from lockstep.kafka.reader import read_records
+from lockstep.observe.describe import as_json, describe, parse_since
 from lockstep.topics import catalog
 
 #: What can be inspected, and its topic.

@@ -12,12 +12,12 @@ import click
 
 from lockstep import __version__
 from lockstep.agents.allocator import reexec_with_system_allocator
+from lockstep.agents.app import run_async
 from lockstep.cli.base import (
     LockstepGroup,
     bootstrap_option,
     check_cluster,
     kafka_overrides,
-    run_async,
     settings_for,
     until_signalled,
 )

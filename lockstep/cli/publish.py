@@ -9,19 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lockstep.cli.base import (
-    bootstrap_option,
-    check_cluster,
-    kafka_overrides,
-    run_async,
-    settings_for,
-)
+from lockstep.agents.app import run_async
+from lockstep.cli.base import bootstrap_option, check_cluster, kafka_overrides, settings_for
 from lockstep.errors import BadInput, BrokerError, ConfigError, MediaError, ReasonCode
-from lockstep.kafka.admin import admin_client, wait_for_partitions
 from lockstep.kafka.logfilter import route_client_logs
-from lockstep.observe.records import describe_response
+from lockstep.kafka.reader import TopicReader
+from lockstep.observe.describe import describe_response
 from lockstep.producer.checks import check_stream_ids
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode_as
@@ -181,21 +175,14 @@ def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginn
     wanted = {sid.encode() for sid in stream_ids}
 
     async def main() -> int:
-        admin = admin_client(settings.kafka.confluent_config())
-        counts = await asyncio.to_thread(wait_for_partitions, admin, [topic], 5.0)
-        consumer = AIOKafkaConsumer(**settings.kafka.aiokafka_options(), group_id=None,
-                                    enable_auto_commit=False,
-                                    fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms)
-        await consumer.start()
+        reader = TopicReader(settings.kafka, [topic], what="subscribe", topic_timeout_s=5.0)
+        await reader.start()
         count = 0
         try:
-            tps = [TopicPartition(topic, p) for p in range(counts[topic])]
-            consumer.assign(tps)
-            await (consumer.seek_to_beginning(*tps) if from_beginning
-                   else consumer.seek_to_end(*tps))
+            await (reader.seek_to_beginning() if from_beginning else reader.seek_to_end())
             idle_since = time.monotonic()
             while not max_records or count < max_records:
-                batches = await consumer.getmany(timeout_ms=200)
+                batches = await reader.fetch(timeout_ms=200)
                 for records in batches.values():
                     for record in records:
                         if wanted and record.key not in wanted:
@@ -211,7 +198,7 @@ def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginn
         except asyncio.CancelledError:
             pass
         finally:
-            await consumer.stop()
+            await reader.stop()
         return count
 
     run_async(main())

@@ -13,6 +13,7 @@ import click
 
 from lockstep.config.settings import Settings
 from lockstep.errors import ConfigError
+from lockstep.kafka.retry import DELIVERY_TIMEOUT_S
 from lockstep.media.perception import PerceptionMetrics, PerceptionOptions
 from lockstep.media.progress import progress_line, render_summary, summary
 from lockstep.media.publishing import MediaPublish, StreamProgress, plan_streams
@@ -20,7 +21,6 @@ from lockstep.media.recognizers import require
 from lockstep.media.sidecar import Sidecar, read_sidecar
 from lockstep.media.source import MediaOptions
 from lockstep.producer.checks import capture_plan, check_stream_ids, summary_lines
-from lockstep.producer.delivery import DELIVERY_TIMEOUT_S
 from lockstep.producer.publisher import Publisher
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from lockstep.cli.base import run_async
+from lockstep.agents.app import run_async
 from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError, ConfigError
 from lockstep.media.progress import progress_line, render_summary, summary

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
+from lockstep.agents.app import run_async
 from lockstep.cli.base import (
     LockstepGroup,
     bootstrap_option,
     check_cluster,
     kafka_overrides,
-    run_async,
     settings_for,
 )
 

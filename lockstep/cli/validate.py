@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import click
-from aiokafka import AIOKafkaConsumer
 
-from lockstep.cli.base import bootstrap_option, kafka_overrides, run_async, settings_for
+from lockstep.agents.app import run_async
+from lockstep.cli.base import bootstrap_option, kafka_overrides, settings_for
 from lockstep.config.settings import KafkaSettings, Settings
 from lockstep.errors import ConfigError
-from lockstep.kafka.wait import topic_partitions, wait_for_broker
+from lockstep.kafka.reader import TopicReader
+from lockstep.kafka.types import TopicPartition
 from lockstep.topics.validation import Candidate, Verdict, check, read_file
 
 
@@ -101,30 +102,18 @@ async def _from_topic(kafka: KafkaSettings, topic: str, max_records: int,
 
 async def _read(kafka: KafkaSettings, topic: str, max_records: int,
                 last: int) -> AsyncIterator[Candidate]:
-    consumer = AIOKafkaConsumer(**kafka.aiokafka_options(), group_id=None,
-                                enable_auto_commit=False, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
-                                max_partition_fetch_bytes=kafka.max_record_bytes)
-    await wait_for_broker(consumer.start, kafka, what=f"reading {topic}", timeout_s=10.0)
     count = 0
-    try:
-        tps = await topic_partitions(consumer, topic, 10.0)
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        starts = await consumer.beginning_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, max(starts[tp], ends[tp] - last) if last else starts[tp])
-        todo = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
-        while todo:
-            batches = await consumer.getmany(*todo, timeout_ms=200, max_records=500)
-            for tp, records in batches.items():
-                for r in records:
-                    if r.offset >= ends[tp]:
-                        continue
-                    yield Candidate(f"{r.topic}/{r.partition}@{r.offset}", r.value,
-                                    topic=r.topic, key=r.key)
-                    count += 1
-                    if max_records and count >= max_records:
-                        return
-            todo = {tp for tp in todo if await consumer.position(tp) < ends[tp]}
-    finally:
-        await consumer.stop()
+    async with TopicReader(kafka, [topic], what=f"reading {topic}") as reader:
+        ends = await reader.end_offsets()
+        starts = await reader.beginning_offsets()
+        reader.seek({tp: max(starts[tp], ends[tp] - last) if last else starts[tp]
+                     for tp in reader.partitions})
+        async for records in reader.read_until(ends, timeout_ms=200, max_records=500):
+            for r in records:
+                if r.offset >= ends[TopicPartition(r.topic, r.partition)]:
+                    continue
+                yield Candidate(f"{r.topic}/{r.partition}@{r.offset}", r.value,
+                                topic=r.topic, key=r.key)
+                count += 1
+                if max_records and count >= max_records:
+                    return

@@ -3,8 +3,8 @@
 Qwen2.5-VL is the reference architecture (the one the ``trtllm`` engine serves on GPU).
 With ``worker.cpu.model_dir`` it loads a local Hugging Face checkpoint (weights, tokenizer,
 processor; nothing is downloaded); without, it builds the tiny offline model of
-:mod:`lockstep.engines.tinyqwen`. Despite the name it runs on CUDA when asked (``device``), which the
-GPU check uses.
+:mod:`lockstep.engines.tinyqwen`. Despite the name it runs on CUDA when asked (``device``), which
+the GPU check uses.
 
 A batch runs as one ``generate`` call with left padding; each item's output is cut to its
 own token budget (the scheduler's degraded levels give smaller budgets, and the batch
@@ -18,6 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from lockstep.config.worker import CpuEngineSettings
 from lockstep.engines.base import (
     Capabilities,
     Engine,
@@ -28,7 +29,6 @@ from lockstep.engines.base import (
 )
 from lockstep.engines.prompt import build_prompt
 from lockstep.errors import EngineUnavailable
-from lockstep.config.worker import CpuEngineSettings
 
 INSTALL_HINT = "pip install 'lockstep-stream[cpu]'  (torch, torchvision, transformers, pillow)"
 

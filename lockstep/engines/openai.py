@@ -16,10 +16,17 @@ from typing import Any
 
 import aiohttp
 
-from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemFailure, ItemResult, WorkItem
+from lockstep.config.worker import OpenAISettings
+from lockstep.engines.base import (
+    Capabilities,
+    Engine,
+    InferenceResult,
+    ItemFailure,
+    ItemResult,
+    WorkItem,
+)
 from lockstep.engines.prompt import build_prompt, openai_messages
 from lockstep.errors import EngineError
-from lockstep.config.worker import OpenAISettings
 
 
 class ServerUnavailable(EngineError):

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+from lockstep.config.worker import BUILT_IN_ENGINES, WorkerSettings
 from lockstep.engines.base import Engine
 from lockstep.errors import ConfigError
 from lockstep.telemetry.metrics import Telemetry
-from lockstep.config.worker import BUILT_IN_ENGINES, WorkerSettings
 
 log = logging.getLogger(__name__)
 CPU_HINT = "pip install 'lockstep-stream[cpu]'"

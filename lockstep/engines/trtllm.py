@@ -2,8 +2,8 @@
 
 Each item goes in with its own ``generate_async`` call, so TensorRT-LLM's in-flight batcher
 does the batching; the worker may keep several batches in flight (``max_inflight``). Inputs
-are built by :mod:`lockstep.engines.prompt` (shared with the cpu engine): the frame as an image, ASR,
-OCR and sensor readings as text, in the model's chat template. The item's token budget
+are built by :mod:`lockstep.engines.prompt` (shared with the cpu engine): the frame as an image,
+ASR, OCR and sensor readings as text, in the model's chat template. The item's token budget
 becomes ``max_tokens``; its priority is passed where the installed version accepts one.
 
 TensorRT-LLM is imported lazily: it is not on PyPI in a usable form and needs NVIDIA's
@@ -18,10 +18,10 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from lockstep.config.worker import TrtllmSettings
 from lockstep.engines.base import Capabilities, Engine, InferenceResult, ItemResult, WorkItem
 from lockstep.engines.prompt import Prompt, build_prompt
 from lockstep.errors import EngineUnavailable
-from lockstep.config.worker import TrtllmSettings
 
 INSTALL_HINT = ("TensorRT-LLM is not installed: run the worker in NVIDIA's TensorRT-LLM "
                 "release image (nvcr.io/nvidia/tensorrt-llm/release) with "

@@ -11,13 +11,15 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
     NewTopic,
+    OffsetSpec,
 )
 
+from lockstep.config.settings import KafkaSettings
 from lockstep.errors import BrokerError, TopicMismatchError
 from lockstep.kafka.logfilter import LIBRDKAFKA
 from lockstep.topics.catalog import TopicSpec
@@ -214,3 +216,45 @@ def _configs(
             continue
         out[resource.name] = {e.name: e.value for e in entries.values() if e.value is not None}
     return out
+
+
+def delete_topics(kafka: KafkaSettings, topics: list[str]) -> None:
+    """Delete topics (a bench's own; waits for the cluster's answer).
+
+    Raises:
+        BrokerError: The cluster did not delete them (or did not answer in time).
+    """
+    admin = admin_client(kafka.confluent_config())
+    try:
+        for future in admin.delete_topics(topics, operation_timeout=10).values():
+            future.result(timeout=15)
+    except (KafkaException, TimeoutError) as exc:
+        raise BrokerError(f"cannot delete topics {', '.join(topics)}: {exc}") from None
+
+
+def wait_served(admin: AdminClient, specs: Iterable[TopicSpec], timeout_s: float = 30.0
+                ) -> None:
+    """Wait until every partition's leader answers for it (after the topics were created).
+
+    Raises:
+        BrokerError: Some partition is not served after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    todo = [TopicPartition(s.name, p) for s in specs for p in range(s.partitions)]
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    while True:
+        # Each leader answers for its partitions once it has taken the new topics in.
+        futures = admin.list_offsets({tp: latest for tp in todo}, request_timeout=5)
+        failed = []
+        for tp, future in futures.items():
+            try:
+                future.result()
+            except KafkaException:
+                failed.append(tp)
+        if not failed:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(f"partitions not served {timeout_s:.0f} s after creation: "
+                              f"{', '.join(sorted({tp.topic for tp in failed}))}")
+        todo = failed
+        time.sleep(0.2)

@@ -20,30 +20,27 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
 import mode
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from aiokafka.structs import ConsumerRecord
 
 from lockstep.config.settings import KafkaSettings
 from lockstep.kafka.outbox import Outbox, wall_us
 from lockstep.kafka.readback import (
     CLOCK_MARGIN_MS,
-    Output,
     first_timestamp_ms,
     partition_of,
     read_back,
 )
+from lockstep.kafka.types import Record, TopicPartition
 from lockstep.kafka.wait import wait_for_broker
 from lockstep.streams.offsets import OffsetLedger
-from lockstep.streams.replay import ReplayGuard
+from lockstep.streams.replay import Output, ReplayGuard
 
 log = logging.getLogger(__name__)
-#: A record as aiokafka hands it over (raw key and value bytes).
-Record: TypeAlias = ConsumerRecord
 #: Records handed to the agent at once; between two chunks the event loop runs others.
 CHUNK = 200
 

@@ -1,8 +1,8 @@
-"""Who owns what: the pipeline's consumer groups as the cluster describes them.
+"""Who owns what: consumer groups as the cluster describes them.
 
-Before a fault the runner waits until every role's group is stable with all its
-processes as members, and picks as the victim of a role kill the process whose
-partitions carry the most live streams (so the kill interrupts something).
+:func:`describe` tells each group's state and each member's partitions (by client id);
+:func:`wait_joined` waits until groups are stable with all their members (the chaos runner
+does before each fault).
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import ConsumerGroupState, KafkaException
-from confluent_kafka.admin import AdminClient
 
-from lockstep.agents.app import group_id
-from lockstep.agents.runner import parse_roles, pools_in
 from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError
-from lockstep.kafka.logfilter import LIBRDKAFKA
+from lockstep.kafka.admin import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +31,6 @@ class Group:
     members: Mapping[str, frozenset[tuple[str, int]]]
 
 
-def groups_of(settings: Settings, roles: str) -> list[str]:
-    """The consumer groups a ``lockstep run --roles ROLES`` process joins."""
-    pools = pools_in(roles) or [settings.worker.pool]
-    names: list[str] = []
-    for role in parse_roles(roles):
-        if role == "worker":
-            names += [group_id(settings, "worker", pool) for pool in pools]
-        else:
-            names.append(group_id(settings, role))
-    return names
-
-
 def describe(settings: Settings, names: list[str], timeout_s: float = 10.0) -> list[Group]:
     """Describe ``names`` (blocking; call it while the brokers are up).
 
@@ -55,8 +40,7 @@ def describe(settings: Settings, names: list[str], timeout_s: float = 10.0) -> l
     Raises:
         BrokerError: The cluster did not answer.
     """
-    admin = AdminClient({**settings.kafka.confluent_config()},
-                        logger=logging.getLogger(LIBRDKAFKA))
+    admin = admin_client(settings.kafka.confluent_config())
     out: list[Group] = []
     try:
         futures = admin.describe_consumer_groups(names, request_timeout=timeout_s)
@@ -101,8 +85,3 @@ async def wait_joined(settings: Settings, expected: Mapping[str, int],
         await asyncio.sleep(0.5)
 
 
-def busiest(group: Group, partitions: set[int], client_ids: list[str]) -> str:
-    """Of ``client_ids``, the member owning the most of ``partitions`` (any topic)."""
-    def load(client_id: str) -> int:
-        return sum(1 for _, p in group.members.get(client_id, ()) if p in partitions)
-    return max(client_ids, key=load)

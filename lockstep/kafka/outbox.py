@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from lockstep.errors import BadInput, BrokerError
+from lockstep.kafka.retry import OutageLog, retriable
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import DeadLetter, LateToken
@@ -91,16 +92,20 @@ class Outbox:
     Args:
         producer: A started-or-not aiokafka producer (:meth:`start` starts it).
         max_record_bytes: The topics' ``max.message.bytes``.
+        bootstrap: The brokers, as the outage lines name them.
         outage_log_s: At most one outage line per this many seconds.
         max_backoff_s: Longest wait between two attempts of one record.
     """
 
     def __init__(self, producer: AIOKafkaProducer, max_record_bytes: int, *,
-                 outage_log_s: float = 10.0, max_backoff_s: float = 5.0) -> None:
+                 bootstrap: str = "kafka", outage_log_s: float = 10.0,
+                 max_backoff_s: float = 5.0) -> None:
         self._producer = producer
         self.max_record_bytes = max_record_bytes
-        self._outage_log_s = outage_log_s
         self._max_backoff_s = max_backoff_s
+        self.outage = OutageLog(bootstrap, interval_s=outage_log_s, stall_s=0.0,
+                                told_of_failures=True, noun="records", stage="produce",
+                                logger=log)
         self._failure: BaseException | None = None
         self._in_flight = 0
         #: Records handed over and not yet acknowledged, by a serial number.
@@ -109,8 +114,6 @@ class Outbox:
         self._idle = asyncio.Event()
         self._idle.set()
         self._retrying = 0
-        self._outage_since: float | None = None
-        self._outage_logged = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
         #: Told of every dead letter sent (stage, error class): the metrics.
         self.on_dead_letter: Callable[[str, str], None] = lambda stage, error: None
@@ -198,7 +201,7 @@ class Outbox:
                 return
             if self._retrying and tries:
                 self._retrying -= 1
-            self._recovered()
+            self.outage.progress()
             self._done(serial)
             if on_ack is not None:
                 on_ack()
@@ -207,7 +210,7 @@ class Outbox:
 
     def _failed(self, serial: int, topic: str, key: bytes | None, value: bytes,
                 on_ack: Callable[[], None] | None, tries: int, error: BaseException) -> None:
-        if not _retriable(error):
+        if not retriable(error):
             if self._failure is None:
                 self._failure = error
             log.error("produce to %s failed and cannot be retried: %r; its inputs stay "
@@ -216,7 +219,8 @@ class Outbox:
             return
         if tries == 0:
             self._retrying += 1
-        self._outage(topic, error)
+        self.outage.trouble(f"cannot produce to {topic}: {_short(error)}")
+        self.outage.check(self._retrying)
         delay = min(self._max_backoff_s, 0.1 * 2 ** min(tries, 8))
         task = asyncio.get_running_loop().create_task(
             self._retry(delay, serial, topic, key, value, on_ack, tries + 1))
@@ -234,28 +238,6 @@ class Outbox:
         if self._in_flight <= 0:
             self._in_flight = 0
             self._idle.set()
-
-    def _outage(self, topic: str, error: BaseException) -> None:
-        now = time.monotonic()
-        if self._outage_since is None:
-            self._outage_since = now
-        if now - self._outage_logged >= self._outage_log_s:
-            self._outage_logged = now
-            log.warning("cannot produce to %s for %.0f s (%s); %d records waiting to be "
-                        "re-sent", topic, now - self._outage_since, _short(error),
-                        self._retrying, extra={"topic": topic})
-
-    def _recovered(self) -> None:
-        if self._outage_since is not None and not self._retrying:
-            log.warning("producing again after %.1f s", time.monotonic() - self._outage_since)
-            self._outage_since = None
-            self._outage_logged = 0.0
-
-
-def _retriable(error: BaseException) -> bool:
-    if isinstance(error, KafkaTimeoutError | asyncio.CancelledError):
-        return True  # delivery timed out (the broker was away): try again
-    return bool(getattr(error, "retriable", False))
 
 
 def _short(error: BaseException) -> str:

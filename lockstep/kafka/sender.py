@@ -19,12 +19,13 @@ from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import KafkaError
 
 from lockstep.config.settings import KafkaSettings
 from lockstep.errors import BrokerError
-from lockstep.producer.delivery import DELIVERY_TIMEOUT_S, OutageLog
-from lockstep.streams.align.aligner import TokenKey
+from lockstep.kafka.clients import producer
+from lockstep.kafka.retry import DELIVERY_TIMEOUT_S, OutageLog, retriable
+from lockstep.topics.keys import TokenKey
 
 
 @dataclass(eq=False)
@@ -41,11 +42,6 @@ class Outgoing:
     capture_us: int = 0
     attempts: int = 0
     deadline: float = field(default=0.0, repr=False)
-
-
-def _retriable(error: BaseException) -> bool:
-    # an expired batch (KafkaTimeoutError) is a delivery that may succeed when retried
-    return bool(getattr(error, "retriable", False)) or isinstance(error, KafkaTimeoutError)
 
 
 class RetryingSender:
@@ -92,10 +88,7 @@ class RetryingSender:
         return len(self._pending)
 
     def _make(self) -> AIOKafkaProducer:
-        return AIOKafkaProducer(
-            **self._kafka.aiokafka_options(), acks="all", linger_ms=self._kafka.linger_ms,
-            max_batch_size=1_048_576, max_request_size=self._kafka.max_record_bytes,
-            request_timeout_ms=int(self.request_timeout_s * 1000))
+        return producer(self._kafka, request_timeout_ms=int(self.request_timeout_s * 1000))
 
     async def start(self) -> None:
         """Connect, retrying with backoff while the broker is unreachable.
@@ -113,7 +106,7 @@ class RetryingSender:
                 break
             except KafkaError as exc:
                 await producer.stop()
-                if not _retriable(exc):
+                if not retriable(exc):
                     raise BrokerError(f"cannot start the producer: {exc}") from None
                 self.outage.trouble(f"cannot bootstrap: {exc}")
                 self.outage.check(0, connecting=True)
@@ -184,7 +177,7 @@ class RetryingSender:
     def _attempt_failed(self, item: Outgoing, error: BaseException) -> None:
         name, text = type(error).__name__, str(error)
         reason = text if name in text else f"{name}: {text}" if text else name
-        if _retriable(error) and not self._stopping:
+        if retriable(error) and not self._stopping:
             self.outage.trouble(reason)
             pause = min(self._backoff[1], self._backoff[0] * 2 ** (item.attempts - 1))
             if time.monotonic() + pause < item.deadline:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from lockstep.config.settings import KafkaSettings
@@ -87,3 +88,17 @@ async def cluster_metadata(consumer: AIOKafkaConsumer) -> Any:
     (subscribed or assigned ones); this asks the cluster.
     """
     return await consumer._client.fetch_all_metadata()
+
+
+async def reach(kafka: KafkaSettings, timeout_s: float) -> None:
+    """Return once a bootstrap server answers; fail within ``timeout_s`` otherwise.
+
+    Raises:
+        BrokerError: No bootstrap server answered (the message names them).
+    """
+    client = AIOKafkaClient(**kafka.aiokafka_options(), request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await wait_for_broker(client.bootstrap, kafka, what="checking the cluster",
+                              timeout_s=timeout_s)
+    finally:
+        await client.close()

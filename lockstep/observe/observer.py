@@ -14,10 +14,8 @@ import time
 from collections.abc import Callable
 from itertools import islice
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from lockstep.config.settings import KafkaSettings
-from lockstep.kafka.wait import topic_partitions, wait_for_broker
+from lockstep.kafka.reader import TopicReader
 from lockstep.observe.ledger import Ledger
 from lockstep.producer.delivery import PublishReport
 from lockstep.topics import catalog
@@ -35,11 +33,7 @@ class Observer:
         self._keep = keep
         self._topics = [catalog.ALIGNED, catalog.LATE, catalog.DEADLETTER, response_topic]
         self._response_topic = response_topic
-        self._consumer = AIOKafkaConsumer(
-            **kafka.aiokafka_options(), enable_auto_commit=False, group_id=None,
-            # Bookkeeping, not the pipeline: no need to poll a holding broker every few ms.
-            fetch_max_wait_ms=max(kafka.fetch_max_wait_ms, 50),
-            max_partition_fetch_bytes=kafka.max_record_bytes)
+        self._reader: TopicReader | None = None
         self._task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
 
@@ -49,34 +43,29 @@ class Observer:
         Raises:
             BrokerError: A watched topic does not exist after ``timeout_s``.
         """
-        consumer = self._consumer
+        self._reader = reader = TopicReader(
+            self._kafka, self._topics, what="observer", connect_timeout_s=timeout_s,
+            # Bookkeeping, not the pipeline: no need to poll a holding broker every few ms.
+            fetch_wait_ms=max(self._kafka.fetch_max_wait_ms, 50))
+        await reader.start()
         try:
-            await wait_for_broker(consumer.start, self._kafka, what="observer",
-                                  timeout_s=timeout_s)
-            partitions = await self._partitions(timeout_s)
-            consumer.assign(partitions)
-            await consumer.seek_to_end(*partitions)
-            for tp in partitions:
-                await consumer.position(tp)  # resolve the end now, before anything is produced
+            await reader.seek_to_end()  # resolved now, before anything is produced
         except BaseException:
-            await consumer.stop()
+            await reader.stop()
             raise
-        self._task = asyncio.create_task(self._run(), name="lockstep.observe.observer")
-
-    async def _partitions(self, timeout_s: float) -> list[TopicPartition]:
-        return [tp for topic in self._topics
-                for tp in await topic_partitions(self._consumer, topic, timeout_s)]
+        self._task = asyncio.create_task(self._run(reader), name="lockstep.observer")
 
     async def stop(self) -> None:
         """Stop reading."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._consumer.stop()
+        if self._reader is not None:
+            await self._reader.stop()
 
-    async def _run(self) -> None:
+    async def _run(self, reader: TopicReader) -> None:
         while True:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+            batches = await reader.fetch(timeout_ms=200, max_records=2000)
             for tp, records in batches.items():
                 for record in records:
                     self._add(tp.topic, record.key, record.value)

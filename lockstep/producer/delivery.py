@@ -1,34 +1,22 @@
-"""Delivery that is acknowledged, retried and reported, for both producer paths.
+"""What a producer delivered: sent, acknowledged and failed tokens, per modality.
 
-- :class:`OutageLog` says once per interval that the broker is unreachable and how many
-  records wait, and once that it is back (not one line per record).
-- :class:`~lockstep.kafka.sender.RetryingSender` (its own module) wraps an aiokafka producer: a
-  send that fails with a retriable error is sent again with backoff until its delivery
-  timeout.
-- :class:`DeliveryStats` (the :class:`~lockstep.producer.publisher.Publisher`'s) and
-  :class:`PublishReport` (``publish_synthetic``'s) say what was sent, acknowledged and
-  failed per modality; :func:`delivery_line` puts that on one line.
+:class:`DeliveryStats` (the :class:`~lockstep.producer.publisher.Publisher`'s) and
+:class:`PublishReport` (``publish_synthetic``'s) say what was sent, acknowledged and failed
+per modality; :func:`delivery_line` puts that on one line. Retries and the outage log
+are the Kafka layer's (:mod:`lockstep.kafka.retry`).
 """
 
 from __future__ import annotations
 
 import array
-import logging
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from lockstep.observe.ledger import TokenSet
-from lockstep.streams.align.aligner import TokenKey
+from lockstep.topics.keys import TokenKey, TokenSet
 from lockstep.topics.schemas import Modality
 
-log = logging.getLogger(__name__)
-
-#: Default time a record may take from its first send to its acknowledgement.
-DELIVERY_TIMEOUT_S = 120.0
 #: Distinct delivery errors kept for a report.
 MAX_ERRORS = 10
 
@@ -157,80 +145,3 @@ def _unpickle_report(state: dict[str, Any]) -> PublishReport:
     return PublishReport(**{**state, "keys": keys})
 
 
-class OutageLog:
-    """Logs a broker outage once per interval, and its end once; thread-safe.
-
-    An outage starts when records have waited ``stall_s`` without any acknowledgement,
-    or, while connecting, ``stall_s`` after the first failed attempt. Clients call
-    :meth:`trouble` with what failed (the reason shown), :meth:`progress` on each
-    acknowledgement or successful connection, and :meth:`check` often.
-    """
-
-    def __init__(self, bootstrap: str, *, interval_s: float = 10.0, stall_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 logger: logging.Logger = log) -> None:
-        """Watch the broker(s) at ``bootstrap``; log every ``interval_s`` while down."""
-        self.bootstrap = bootstrap
-        self.interval_s = interval_s
-        self.stall_s = stall_s
-        self._clock = clock
-        self._log = logger
-        self._lock = threading.Lock()
-        self._progress_at = clock()
-        self._trouble_at: float | None = None
-        self._reason = ""
-        self._since: float | None = None
-        self._logged_at: float | None = None
-        #: Outages seen so far.
-        self.outages = 0
-
-    @property
-    def down_for(self) -> float | None:
-        """Seconds the current outage has lasted, or None when there is none."""
-        with self._lock:
-            return None if self._since is None else self._clock() - self._since
-
-    def trouble(self, reason: str) -> None:
-        """A client could not reach the broker (the first reason is kept)."""
-        with self._lock:
-            if self._trouble_at is None:
-                self._trouble_at, self._reason = self._clock(), reason
-
-    def progress(self) -> None:
-        """The broker answered; ends an outage (logging its length)."""
-        with self._lock:
-            now = self._clock()
-            self._progress_at, self._trouble_at, self._reason = now, None, ""
-            since, self._since, self._logged_at = self._since, None, None
-        if since is not None:
-            self._log.warning("broker %s reachable again after %.0f s", self.bootstrap,
-                              now - since, extra={"stage": "publish"})
-
-    def check(self, waiting: int, *, connecting: bool = False) -> bool:
-        """Log the outage if one is on and its interval is due; whether one is on.
-
-        Args:
-            waiting: Records sent and not yet acknowledged.
-            connecting: The client is still trying to connect (nothing can wait yet).
-        """
-        with self._lock:
-            now = self._clock()
-            if self._since is None:
-                if not waiting and not connecting:
-                    # idle: neither a stall nor an old connection error is an outage
-                    self._progress_at, self._trouble_at, self._reason = now, None, ""
-                    return False
-                start = self._trouble_at if connecting else self._progress_at
-                if start is None or now - start < self.stall_s:
-                    return False
-                self._since = start
-                self.outages += 1
-            if not (waiting or connecting) or (
-                    self._logged_at is not None and now - self._logged_at < self.interval_s):
-                return True
-            self._logged_at = now
-            down, reason = now - self._since, self._reason
-        self._log.warning("broker %s unreachable for %.0f s; %s tokens waiting%s",
-                          self.bootstrap, down, f"{waiting:,}",
-                          f" ({reason})" if reason else "", extra={"stage": "publish"})
-        return True

@@ -1,9 +1,10 @@
 """Publishing tokens: the :class:`Publisher` API (and :func:`publish_synthetic`, re-exported).
 
-:class:`Publisher` is the producer's Python API on confluent-kafka: tokens keyed by
-``stream_id`` to their ``media.*`` topic with the Java-compatible murmur2 partitioner,
-idempotence on, batching, compression, delivery reports, and a bound on the data in flight
-(``publish`` blocks while it is full). It counts acknowledgements, not sends, retries
+:class:`Publisher` is the producer's Python API on confluent-kafka
+(:class:`~lockstep.kafka.producer.LibrdkafkaProducer`): tokens keyed by ``stream_id`` to
+their ``media.*`` topic with the Java-compatible murmur2 partitioner, idempotence on,
+batching, compression, delivery reports, and a bound on the data in flight (``publish``
+blocks while it is full). It counts acknowledgements, not sends, retries
 through a broker restart up to a delivery timeout and reports what still failed; a token
 align would dead-letter for its capture time (too far in the future) is refused before it
 is sent, and counted. Tokens of the streams marked with :meth:`Publisher.mark_replay` are
@@ -18,32 +19,24 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
-from typing import Any, Literal
-
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from lockstep.config.settings import KafkaSettings
-from lockstep.errors import BrokerError, ConfigError
-from lockstep.kafka.logfilter import LIBRDKAFKA
-from lockstep.producer.delivery import DELIVERY_TIMEOUT_S, MAX_ERRORS, DeliveryStats, OutageLog
+from lockstep.errors import ConfigError
+from lockstep.kafka.producer import Compression, DeliveryError, LibrdkafkaProducer, OnDelivery
+from lockstep.kafka.retry import DELIVERY_TIMEOUT_S, OutageLog
+from lockstep.producer.delivery import MAX_ERRORS, DeliveryStats
 from lockstep.producer.delivery import PublishReport as PublishReport  # re-exported for callers
 from lockstep.producer.realtime import BAD_RECORDS as BAD_RECORDS  # re-exported
 from lockstep.producer.realtime import publish_synthetic as publish_synthetic  # re-exported
-from lockstep.streams.align.aligner import TokenKey
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import Token
 
 log = logging.getLogger(__name__)
-
-Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
-
-#: librdkafka errors that mean no broker can be reached (the rest are logged, not counted).
-_UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
-                          KafkaError._TRANSPORT})
 
 
 class Publisher:
@@ -90,30 +83,16 @@ class Publisher:
                 is published is refused, not sent: align would dead-letter it (give the
                 pipeline's ``align.max_future_ms``; None: send every token).
         """
-        timeout_ms = max(1, round(delivery_timeout_s * 1000))
-        config: dict[str, Any] = {
-            **kafka.confluent_config(),
-            "partitioner": "murmur2_random",  # Java-compatible: co-partitioning (wire §5)
-            "enable.idempotence": idempotence,
-            "acks": "all",
-            "compression.type": compression,
-            "linger.ms": linger_ms,
-            "batch.size": batch_bytes,
-            "message.max.bytes": kafka.max_record_bytes,
-            "queue.buffering.max.kbytes": max(1, max_in_flight_bytes // 1024),
-            "queue.buffering.max.messages": 1_000_000,
-            "message.timeout.ms": timeout_ms,
-            "request.timeout.ms": min(30_000, timeout_ms),
-            "logger": logging.getLogger(LIBRDKAFKA),
-            "error_cb": self._on_error,
-        }
-        config.update(kafka.confluent_extra)
         self.delivery_timeout_s = delivery_timeout_s
         self.outage = OutageLog(kafka.require_bootstrap(), interval_s=outage_log_s)
-        self._producer = Producer(config)
+        self._producer = LibrdkafkaProducer(
+            kafka, self.outage, compression=compression, linger_ms=linger_ms,
+            batch_bytes=batch_bytes, max_in_flight_bytes=max_in_flight_bytes,
+            idempotence=idempotence, delivery_timeout_s=delivery_timeout_s,
+            block_timeout_s=(delivery_timeout_s + 5.0 if block_timeout_s is None
+                             else block_timeout_s),
+            on_fatal=self._on_fatal)
         self._telemetry = telemetry
-        self._block_timeout_s = (delivery_timeout_s + 5.0 if block_timeout_s is None
-                                 else block_timeout_s)
         self._track_keys = track_keys
         self._lock = threading.Lock()
         self._sent: Counter[str] = Counter()
@@ -141,29 +120,9 @@ class Publisher:
         Raises:
             BrokerError: The broker stayed unreachable, or a topic does not exist.
         """
-        names = list(topics)
-        begin = time.monotonic()
-        limit = self.delivery_timeout_s if timeout_s is None else timeout_s
-        pause = 0.2
-        while True:
-            try:
-                metadata = self._producer.list_topics(timeout=min(5.0, max(0.5, limit)))
-            except KafkaException as exc:
-                problem = f"broker {self.outage.bootstrap} unreachable: {exc.args[0].str()}"
-                self.outage.trouble(problem)
-                self.outage.check(0, connecting=True)
-                if time.monotonic() - begin + pause > limit:
-                    raise BrokerError(f"{problem} (waited {limit:.0f} s)") from None
-            else:
-                self.outage.progress()
-                missing = sorted(n for n in names if n not in metadata.topics
-                                 or metadata.topics[n].error is not None)
-                if not missing:
-                    return
-                if time.monotonic() - begin > min(limit, missing_timeout_s):
-                    raise BrokerError(f"topics {', '.join(missing)} do not exist")
-            time.sleep(pause)
-            pause = min(pause * 2, 5.0)
+        self._producer.wait_for_topics(
+            topics, self.delivery_timeout_s if timeout_s is None else timeout_s,
+            missing_timeout_s)
 
     def mark_replay(self, stream_ids: Iterable[str]) -> None:
         """Send the tokens of these streams as replayed media (``replay``, wire format §4).
@@ -219,8 +178,7 @@ class Publisher:
             self._produce(token, partial(self._on_end_delivery, token.modality.value))
             self._serve()
 
-    def _produce(self, token: Token, callback: Callable[[KafkaError | None, Message], None]
-                 ) -> bytes:
+    def _produce(self, token: Token, callback: OnDelivery) -> bytes:
         """Encode and produce a token (blocking while the in-flight bound is reached).
 
         The caller counts it, then calls :meth:`_serve`, which may run its delivery callback.
@@ -228,31 +186,16 @@ class Publisher:
         if token.stream_id in self._replay and not token.replay:
             token = token.model_copy(update={"replay": True})
         value = encode(token)
-        deadline = time.monotonic() + self._block_timeout_s
-        while True:
-            try:
-                self._producer.produce(catalog.MEDIA[token.modality], value,
-                                       key=token.stream_id.encode(), on_delivery=callback)
-                break
-            except BufferError:
-                if time.monotonic() > deadline:
-                    raise BrokerError(f"no room in the producer queue for "
-                                      f"{self._block_timeout_s:.0f} s: is the broker up?"
-                                      ) from None
-                self._producer.poll(0.05)
-                self.outage.check(len(self._producer))
-            except KafkaException as exc:
-                raise BrokerError(f"cannot produce a {token.modality.value} token: {exc}"
-                                  ) from None
+        self._producer.produce(catalog.MEDIA[token.modality], token.stream_id.encode(), value,
+                               callback, what=f"a {token.modality.value} token")
         return value
 
     def _serve(self) -> None:
         """Run the delivery callbacks that are due; note an outage."""
-        self._producer.poll(0)
-        self.outage.check(len(self._producer))
+        self._producer.serve()
 
-    def _on_end_delivery(self, modality: str, error: KafkaError | None,
-                         message: Message) -> None:
+    def _on_end_delivery(self, modality: str, error: DeliveryError | None,
+                         message: object) -> None:
         del message
         if error is not None:
             with self._lock:
@@ -276,14 +219,8 @@ class Publisher:
             timeout_s: How long to wait (default: the delivery timeout plus 10 s, by
                 which librdkafka has reported every token as acknowledged or failed).
         """
-        deadline = time.monotonic() + (self.delivery_timeout_s + 10.0 if timeout_s is None
-                                       else timeout_s)
-        while True:
-            remaining: int = self._producer.flush(
-                max(0.0, min(1.0, deadline - time.monotonic())))
-            self.outage.check(remaining)
-            if not remaining or time.monotonic() >= deadline:
-                return remaining
+        return self._producer.flush(self.delivery_timeout_s + 10.0 if timeout_s is None
+                                    else timeout_s)
 
     def close(self, timeout_s: float | None = None) -> int:
         """Flush; return the number of tokens still undelivered."""
@@ -317,20 +254,17 @@ class Publisher:
         if not self._track_keys:
             raise ConfigError("token keys are kept only with Publisher(track_keys=True)")
 
-    def _on_error(self, error: KafkaError) -> None:
-        if error.code() in _UNREACHABLE:
-            self.outage.trouble(error.str())
-        if error.fatal():
-            with self._lock:
-                self._note(f"fatal: {error.str()}")
-            log.error("producer failed: %s", error.str(), extra={"stage": "publish"})
+    def _on_fatal(self, error: str) -> None:
+        with self._lock:
+            self._note(f"fatal: {error}")
+        log.error("producer failed: %s", error, extra={"stage": "publish"})
 
     def _note(self, reason: str) -> None:
         if len(self._errors) < MAX_ERRORS and reason not in self._errors:
             self._errors.append(reason)
 
     def _on_delivery(self, modality: str, capture_us: int, key: TokenKey | None,
-                     error: KafkaError | None, message: Message) -> None:
+                     error: DeliveryError | None, message: object) -> None:
         del message
         if error is None:
             self.outage.progress()

@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.retry import DELIVERY_TIMEOUT_S, OutageLog
 from lockstep.kafka.sender import Outgoing, RetryingSender
-from lockstep.producer.delivery import DELIVERY_TIMEOUT_S, OutageLog, PublishReport
+from lockstep.producer.delivery import PublishReport
 from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
-from lockstep.streams.align.aligner import TokenKey
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import AudioToken
 
 log = logging.getLogger(__name__)

@@ -15,14 +15,30 @@ The aligner also needs, per stream, where the previous owner's windows ended
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import logging
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from lockstep.streams.align.state import TokenKey
+import msgpack
+
+from lockstep.errors import BadInput
+from lockstep.topics.codec import HEADER_SIZE, Kind, peek_kind
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import Modality
 
+log = logging.getLogger(__name__)
 P = TypeVar("P", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Output:
+    """One record read back (or still being re-sent by this process's producer)."""
+
+    topic: str
+    partition: int  # -1: not written yet
+    key: bytes | None
+    value: bytes | None
 
 
 @dataclass(frozen=True)
@@ -88,3 +104,29 @@ class ReplayGuard(Generic[P]):
         if frame_seq is not None and (last is None or frame_seq > last):
             last = frame_seq
         self.resume[stream_id] = Resume(max(prev.closed_end_us, t_end_us), last)
+
+
+def settle_keys(replay: ReplayGuard[P], outputs: Iterable[Output], stage: str) -> None:
+    """Fill ``replay`` from records read back (route and worker).
+
+    Requests and responses settle their (stream_id, window_seq); dead letters written by
+    ``stage`` settle their input record.
+    """
+    for out in outputs:
+        try:
+            kind = peek_kind(out.value)
+            body: Any = msgpack.unpackb(out.value[HEADER_SIZE:])  # type: ignore[index]
+        except (BadInput, ValueError, msgpack.UnpackException):
+            continue  # not ours: it settles nothing
+        if not isinstance(body, dict):
+            continue
+        try:
+            if kind is Kind.REQUEST:
+                window = body["window"]
+                replay.keys.add((window["stream_id"], int(window["window_seq"])))
+            elif kind is Kind.RESPONSE:
+                replay.keys.add((body["stream_id"], int(body["window_seq"])))
+            elif kind is Kind.DEADLETTER and body.get("stage") == stage:
+                replay.dead.add((body["topic"], int(body["partition"]), int(body["offset"])))
+        except (KeyError, TypeError, ValueError):
+            log.info("a record read back from %s does not parse; ignored", out.topic)

@@ -59,7 +59,7 @@ class Candidate:
     source: str
     value: bytes | None
     topic: str | None = None
-    key: bytes | None | object = _NO_KEY
+    key: bytes | object | None = _NO_KEY
     #: The record's JSON form and kind, when the input gave one.
     record: Mapping[str, Any] | None = None
     kind: Kind | None = None
@@ -286,7 +286,7 @@ def from_object(source: str, obj: Any) -> Candidate:
         return Candidate(source, None, error="a record must be a JSON object")
     try:
         value = _value(obj)
-        key: bytes | None | object = _NO_KEY
+        key: bytes | object | None = _NO_KEY
         if "key_hex" in obj:
             key = bytes.fromhex(obj["key_hex"]) if obj["key_hex"] is not None else None
         elif "key" in obj:
@@ -303,7 +303,7 @@ def from_object(source: str, obj: Any) -> Candidate:
                      topic=obj.get("topic"), key=key, record=record, kind=kind)
 
 
-def _value(obj: dict[str, Any]) -> bytes | None | object:
+def _value(obj: dict[str, Any]) -> bytes | object | None:
     if "value_hex" in obj:
         return bytes.fromhex(obj["value_hex"]) if obj["value_hex"] is not None else None
     if "value_base64" in obj:

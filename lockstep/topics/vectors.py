@@ -18,9 +18,9 @@ import msgpack
 from pydantic import BaseModel
 
 from lockstep.errors import ReasonCode
-from lockstep.streams.align.plan import HOP_BASE
 from lockstep.topics import catalog
 from lockstep.topics.codec import MAGIC, VERSION, Kind, encode
+from lockstep.topics.keys import HOP_BASE
 from lockstep.topics.schemas import (
     AudioToken,
     DeadLetter,

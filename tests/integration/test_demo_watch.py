@@ -14,9 +14,9 @@ from lockstep.config.settings import KafkaSettings, load_settings
 from lockstep.errors import BrokerError
 from lockstep.observe.watch import WatchProcess
 from lockstep.producer.delivery import PublishReport
-from lockstep.streams.align.aligner import TokenKey
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import LateToken, Modality
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from lockstep.agents.runner import producer
 from lockstep.config.settings import load_settings
 from lockstep.kafka.apache import ApacheKafka
+from lockstep.kafka.clients import producer
 from lockstep.kafka.outbox import Outbox
 
 pytestmark = pytest.mark.integration

@@ -25,10 +25,10 @@ from lockstep.kafka.logfilter import CLIENT_LOGGERS, route_client_logs
 from lockstep.media.patternclip import GroundTruth, SynthSpec, write_media
 from lockstep.producer.publisher import Publisher, publish_synthetic
 from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
-from lockstep.streams.align.aligner import TokenKey
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode
+from lockstep.topics.keys import TokenKey
 from tests.clirun import lockstep as cli
 from tests.kafka.restartable import RestartableKafka
 

@@ -14,11 +14,11 @@ from lockstep.agents.app import group_id
 from lockstep.agents.runner import prepare_topics, start_roles
 from lockstep.config.settings import load_settings
 from lockstep.kafka.wait import topic_partitions
-from lockstep.observe.ledger import Ledger, late_tokens
-from lockstep.streams.align.aligner import TokenKey
+from lockstep.observe.ledger import Ledger
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import HEADER_SIZE, encode
+from lockstep.topics.keys import TokenKey, late_tokens
 from lockstep.topics.schemas import AudioToken, Modality, VideoToken
 from lockstep.topics.vectors import JPEG_16X8
 

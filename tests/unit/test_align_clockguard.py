@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from lockstep.bench.faults import FaultSpec, generate
 from lockstep.config.settings import AlignSettings
-from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput
+from lockstep.streams.align.aligner import Aligner, AlignOutput
+from lockstep.topics.keys import HOP_BASE
 from lockstep.topics.schemas import Modality, Token
 from tests.factories import T0, audio, video
 

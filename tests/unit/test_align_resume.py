@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from lockstep.bench.faults import BENCH_MEDIA, FaultSpec, generate
 from lockstep.config.settings import AlignSettings
-from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
+from lockstep.streams.align.aligner import Aligner, AlignOutput
+from lockstep.topics.keys import HOP_BASE, TokenKey
 from lockstep.topics.schemas import Modality, Token, Window
 from tests.factories import T0, audio, video
 

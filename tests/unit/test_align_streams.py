@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from lockstep.config.settings import AlignSettings
-from lockstep.streams.align.aligner import Aligner, AlignOutput, TokenKey
+from lockstep.streams.align.aligner import Aligner, AlignOutput
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import Token
 from tests.factories import T0, audio, video
 

@@ -40,6 +40,9 @@ def test_polling_only_at_arrivals_and_wakes_leaves_no_window_past_its_deadline(
     for (arrival, token), following in zip(feed, arrivals[1:], strict=True):
         al.poll(arrival)
         al.add(token, arrival)
+        # RoleConsumer ticks after every batch: a window the record made due now (with no
+        # wait allowed, its deadline can be the arrival itself) goes out at once.
+        al.poll(arrival)
         now = arrival
         # The role's loop: a fetch waits for the next record or the aligner's next wake.
         while (now := now + 1000 * fetch_wait_ms(al.next_wake_us, now, never)) < following:

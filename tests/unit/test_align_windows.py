@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from lockstep.config.settings import AlignSettings
 from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
-from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
+from lockstep.streams.align.aligner import Aligner, AlignOutput
+from lockstep.topics.keys import HOP_BASE, TokenKey
 from lockstep.topics.schemas import Modality, Token, Window
 from tests.factories import T0, audio, sensor, video
 

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from lockstep.config.settings import AlignSettings
 from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
-from lockstep.streams.align.aligner import HOP_BASE, Aligner, AlignOutput, TokenKey
+from lockstep.streams.align.aligner import Aligner, AlignOutput
 from lockstep.streams.align.matching import distance
+from lockstep.topics.keys import HOP_BASE, TokenKey
 from lockstep.topics.schemas import AudioToken, Modality, Token, Window
 from tests.factories import T0, audio, ocr, sensor, video
 

@@ -8,9 +8,9 @@ import pytest
 
 from lockstep.chaos.readback import TopicReadback, token_key
 from lockstep.config.settings import KafkaSettings
-from lockstep.streams.align.state import TokenKey
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import (
     DeadLetter,
     LateToken,

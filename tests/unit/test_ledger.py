@@ -6,10 +6,11 @@ import gc
 
 import pytest
 
-from lockstep.observe.ledger import Ledger, TokenSet
-from lockstep.observe.records import Read, describe
-from lockstep.streams.align.aligner import TokenKey
+from lockstep.kafka.reader import Read
+from lockstep.observe.describe import describe
+from lockstep.observe.ledger import Ledger
 from lockstep.topics.codec import encode
+from lockstep.topics.keys import TokenKey, TokenSet
 from lockstep.topics.schemas import LateToken, Modality, ReasonCode, Response, Timeline
 from tests.factories import T0, request
 

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lockstep.config.settings import AlignSettings, RouteSettings, SloSettings
-from lockstep.streams.align.aligner import Aligner, AlignOutput, TokenKey
+from lockstep.streams.align.aligner import Aligner, AlignOutput
 from lockstep.streams.route.router import Router
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import Modality, OcrToken, Token, Window
 from tests.factories import T0, audio, video
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.streams.align.state import TokenKey
 from lockstep.streams.replay import ReplayGuard, Resume
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import Modality
 
 pytestmark = pytest.mark.unit

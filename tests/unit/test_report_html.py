@@ -13,8 +13,8 @@ from lockstep.config.settings import SloSettings
 from lockstep.observe.htmlreport import RunDetail, latency_svg, render_html, run_of, write_report
 from lockstep.observe.ledger import Ledger, SeenResponse, SeenWindow
 from lockstep.observe.metrics import parse, summarize
-from lockstep.streams.align.state import TokenKey
 from lockstep.telemetry.metrics import Telemetry
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import DeadLetter, Modality, Response, SloEvent, Timeline
 from tests.reportscenario import START, scrapes
 

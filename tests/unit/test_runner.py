@@ -33,16 +33,16 @@ def test_unknown_roles_are_refused_with_the_choices() -> None:
 
 def test_the_roles_producer_sends_at_once_unless_a_linger_is_set(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from lockstep.agents.runner import producer
-    from lockstep.bench.pipeline.passthrough import LINGER_MS, _producer
     from lockstep.config.settings import load_settings
+    from lockstep.kafka.clients import producer
+    from lockstep.kafka.probes import PASSTHROUGH_LINGER_MS, _passthrough_producer
 
     async def lingers() -> tuple[float, float, float]:
         # aiokafka keeps the linger on its accumulator, in seconds (no public accessor).
         kafka = load_settings().kafka
         monkeypatch.setenv("LOCKSTEP_KAFKA__LINGER_MS", "7")
         tuned = load_settings().kafka
-        made = (producer(kafka), producer(tuned), _producer(tuned))
+        made = (producer(kafka), producer(tuned), _passthrough_producer(tuned))
         for p in made:
             await p.stop()  # never started: nothing to flush, only the client to close
         return tuple(p._message_accumulator._linger_time  # type: ignore[return-value]
@@ -51,4 +51,5 @@ def test_the_roles_producer_sends_at_once_unless_a_linger_is_set(
     monkeypatch.setenv("LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS", "localhost:9")
     default, tuned, limit = asyncio.run(lingers())
     assert (default, tuned) == (0.0, 0.007)
-    assert limit == LINGER_MS / 1000  # the pass-through keeps a throughput client's linger
+    # the pass-through keeps a throughput client's linger
+    assert limit == PASSTHROUGH_LINGER_MS / 1000

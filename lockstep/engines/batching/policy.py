@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from lockstep.config.worker import WorkerSettings
 from lockstep.engines.base import WorkItem
 from lockstep.engines.batching.latency import LatencyModel
-from lockstep.config.worker import WorkerSettings
 from lockstep.topics.schemas import Request
 
 H = TypeVar("H")

@@ -13,8 +13,8 @@ policy against a real engine, and the bench drives the three policies on the sam
   the earlier arrival.
 - Dispatch when the batch is full, when the most urgent request's slack falls below the
   engine's expected latency for a batch one larger than now (P95, from
-  :class:`~lockstep.engines.batching.latency.LatencyModel`) plus a margin, when the oldest request has
-  waited ``max_queue_delay_us``, when a request to be batched is within the margin of its
+  :class:`~lockstep.engines.batching.latency.LatencyModel`) plus a margin, when the oldest request
+  has waited ``max_queue_delay_us``, when a request to be batched is within the margin of its
   ``queue`` stage budget (counted from route's receipt, when the worker sets one), or at
   once when the engine is free and, at the arrival rate of about the last second, not even
   one more request is expected before the batch would be due, or

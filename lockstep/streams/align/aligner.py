@@ -12,8 +12,8 @@ Per stream:
 * Windows tile the corrected timeline without gaps or overlaps. With video they are anchored
   on frames: a window runs from the end of the previous one to halfway to the next anchor
   frame (every ``stride``-th frame when the rate is sampled down). Without video they follow
-  a fixed hop. Other modalities are paired with the anchor (:mod:`lockstep.streams.align.matching`) and
-  the window assembled (:mod:`lockstep.streams.align.assemble`).
+  a fixed hop. Other modalities are paired with the anchor (:mod:`lockstep.streams.align.matching`)
+  and the window assembled (:mod:`lockstep.streams.align.assemble`).
 * A window is emitted as soon as every expected modality has passed its end (its watermark,
   its cadence says its next token falls later, or its ``final`` token came:
   :mod:`lockstep.streams.align.readiness`), or when its deadline expires — then it is partial
@@ -34,17 +34,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from lockstep.config.settings import AlignSettings
 from lockstep.errors import ReasonCode
-from lockstep.streams.align.plan import HOP_BASE, Planner, with_frame
-from lockstep.streams.align.readiness import Readiness
-from lockstep.streams.align.state import AlignOutput, Plan, Rejected, Stream, TokenKey
-from lockstep.streams.align.streamtable import StreamTable
-from lockstep.streams.align.wake import WakeSchedule
 from lockstep.streams.align.assemble import WindowAssembler
 from lockstep.streams.align.clockguard import ClockGuard
 from lockstep.streams.align.matching import Item
-from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.plan import Planner, with_frame
+from lockstep.streams.align.readiness import Readiness
+from lockstep.streams.align.state import AlignOutput, Plan, Rejected, Stream
+from lockstep.streams.align.streamtable import StreamTable
 from lockstep.streams.align.timebase import Timebase
+from lockstep.streams.align.wake import WakeSchedule
+from lockstep.topics.keys import HOP_BASE, TokenKey
 from lockstep.topics.schemas import LateToken, Modality, Token, Window
 
 __all__ = ["HOP_BASE", "AlignOutput", "Aligner", "Rejected", "TokenKey"]

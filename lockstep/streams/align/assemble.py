@@ -1,7 +1,7 @@
 """Assembly of an emitted window from the tokens it owns (part of the ``align`` stage).
 
-Pure. Each modality is paired with the window's anchor (:mod:`lockstep.streams.align.matching`); a pairing
-the aligner does not trust yet (clocks or offsets not settled) is kept but marked not
+Pure. Each modality is paired with the window's anchor (:mod:`lockstep.streams.align.matching`); a
+pairing the aligner does not trust yet (clocks or offsets not settled) is kept but marked not
 present, so the window is partial rather than misaligned; the modalities expected and not
 present are named missing. A speech transcript the window owns (an OCR token with
 ``source="speech"``) is carried as the ASR text of the window's audio, as if the producer had
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import chain
 
-from lockstep.streams.align.state import DENSE, Plan, Stream
 from lockstep.streams.align.matching import Item, match_audio, match_ocr, match_sensors, with_speech
+from lockstep.streams.align.state import DENSE, Plan, Stream
 from lockstep.topics.schemas import (
     AudioToken,
     Modality,

@@ -14,12 +14,10 @@ are never reused by a later window of the stream.
 
 from __future__ import annotations
 
-from lockstep.streams.align.state import Plan, Stream
 from lockstep.streams.align.matching import Item
+from lockstep.streams.align.state import Plan, Stream
+from lockstep.topics.keys import HOP_BASE
 from lockstep.topics.schemas import Modality
-
-#: ``window_seq`` of hop windows starts here, above any token's ``seq`` (< 2^62).
-HOP_BASE = 1 << 62
 
 
 class Planner:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lockstep.streams.align.state import DENSE, Stream
 from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.state import DENSE, Stream
 from lockstep.topics.schemas import Modality
 
 

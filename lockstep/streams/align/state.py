@@ -16,6 +16,7 @@ from lockstep.streams.align.clock import CaptureClock, ClockLag, LagFloor
 from lockstep.streams.align.matching import Item
 from lockstep.streams.align.seqset import EMPTY as NO_SEQS
 from lockstep.streams.align.seqset import SeqSet
+from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import LateToken, Modality, Window
 
 #: Modalities that arrive at a steady cadence; sparse OCR is never waited for.
@@ -57,15 +58,6 @@ def _clock(_: Modality) -> CaptureClock:
 
 def _lag(m: Modality) -> ClockLag:
     return ClockLag(size=8 if m is Modality.OCR else 16)
-
-
-@dataclass(frozen=True)
-class TokenKey:
-    """The ledger identity of a token."""
-
-    stream_id: str
-    modality: Modality
-    seq: int
 
 
 @dataclass(frozen=True)

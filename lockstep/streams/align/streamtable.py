@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from lockstep.streams.align.state import Stream
 from lockstep.streams.align.marks import Closed, EvictedMarks
+from lockstep.streams.align.state import Stream
 
 __all__ = ["Closed", "StreamTable"]
 

@@ -1,11 +1,11 @@
 """Putting every token of a stream on one timebase: the video capture clock.
 
 Part of the ``align`` stage. A token's corrected time is its capture time as its modality's
-recovered clock has it (:class:`~lockstep.streams.align.clock.CaptureClock`), shifted by that modality's
-clock offset against video: configured, or estimated from the difference of the low
+recovered clock has it (:class:`~lockstep.streams.align.clock.CaptureClock`), shifted by that
+modality's clock offset against video: configured, or estimated from the difference of the low
 quantiles of the modalities' transport lags measured on the current fits
-(:class:`~lockstep.streams.align.clock.ClockLag`). An estimated offset also absorbs the fits' residual
-intercept error, so tokens of two modalities land where their arrivals put them relative to
+(:class:`~lockstep.streams.align.clock.ClockLag`). An estimated offset also absorbs the fits'
+residual intercept error, so tokens of two modalities land where their arrivals put them relative to
 each other, to within the fits' slope error over a few captures.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from lockstep.streams.align.state import Stream
 from lockstep.config.settings import AlignSettings
+from lockstep.streams.align.state import Stream
 from lockstep.topics.schemas import AudioToken, Modality, Token
 
 #: Lag samples of a modality and of video before an offset estimate is trusted.

@@ -25,8 +25,10 @@ class WakeSchedule:
 
     @property
     def next_us(self) -> int | None:
-        """The earliest wake time queued (None: none). It may be a stale entry's, which
-        is earlier than any stream needs, never later."""
+        """The earliest wake time queued (None: none).
+
+        It may be a stale entry's, which is earlier than any stream needs, never later.
+        """
         return self._heap[0][0] if self._heap else None
 
     def schedule(self, stream_id: str, st: Stream) -> None:

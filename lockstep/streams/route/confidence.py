@@ -1,7 +1,8 @@
 """Per-modality confidence from real signals (part of the ``route`` stage).
 
 Pure functions over a window's tokens, each returning a confidence in [0, 1]; a missing
-modality has confidence 0. They feed the gate (:mod:`lockstep.streams.route.gate`) that chooses a route.
+modality has confidence 0. They feed the gate (:mod:`lockstep.streams.route.gate`) that chooses a
+route.
 
 - Video: focus (variance of the Laplacian), detail (histogram entropy), exposure (share of
   pixels neither crushed nor clipped, mean not extreme) and age; a producer's ``quality``

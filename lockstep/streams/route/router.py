@@ -20,8 +20,8 @@ route                 when                                            reason
 drop                  nothing trusted                                 ``nothing_usable``
 ====================  ==============================================  =====================
 
-While the window's SLO class is in degraded mode (:mod:`lockstep.telemetry.slo`), a window that would
-go ``full`` takes ``slo.breach.degraded_route`` (``text_only``) with reason ``slo_degraded``.
+While the window's SLO class is in degraded mode (:mod:`lockstep.telemetry.slo`), a window that
+would go ``full`` takes ``slo.breach.degraded_route`` (``text_only``) with reason ``slo_degraded``.
 
 Each route maps to a pool (``route.pools``); priority is ``a·S + (1 - a)·R``
 (:mod:`lockstep.streams.route.priority`) and the deadline is capture time plus the class's budget
@@ -36,6 +36,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from lockstep.config.settings import RouteSettings, SloSettings
 from lockstep.streams.route.confidence import (
     Luma,
     audio_confidence,
@@ -45,7 +46,6 @@ from lockstep.streams.route.confidence import (
 )
 from lockstep.streams.route.gate import IDLE_TTL_US, MAX_STREAMS, GateCalibrator, alignment_gate
 from lockstep.streams.route.priority import Lexicon, priority, sla_risk
-from lockstep.config.settings import RouteSettings, SloSettings
 from lockstep.streams.route.tokendrop import patch_mask
 from lockstep.topics.schemas import Modality, Request, TokenDrop, Window
 
