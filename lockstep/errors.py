@@ -10,12 +10,19 @@
     │   │                           a stable :class:`ReasonCode`
     │   ├── DecodeError             not our wire format, wrong version, oversize, bad msgpack
     │   └── SchemaError             decoded, but violates the message contract
+    ├── RecordMismatch              a JSON record and the bytes given with it disagree
     ├── BrokerError                 talking to Kafka failed (retriable unless said otherwise)
     │   ├── EmbeddedBrokerError     the embedded tansu broker could not start
+    │   ├── KafkaBrokerError        an Apache Kafka broker could not be set up or started
     │   └── TopicMismatchError      topics exist with the wrong layout (not retriable)
-    └── EngineError                 inference failed
-        ├── EngineTimeout           the engine did not answer in time (retriable)
-        └── EngineUnavailable       the engine's extra is not installed or has no device
+    ├── EngineError                 inference failed
+    │   ├── EngineTimeout           the engine did not answer in time (retriable)
+    │   ├── EngineUnavailable       the engine's extra is not installed or has no device
+    │   └── ServerUnavailable       an engine's server did not answer, or answered 5xx
+    ├── ScrapeError                 a role's /metrics could not be read (retriable)
+    └── BenchError                  a benchmark could not run to its end (not retriable)
+        ├── BenchProcessError       a process the bench started failed or was not ready
+        └── BenchFailed             one bench of ``bench all`` exited with an error
 """
 
 from __future__ import annotations
@@ -104,6 +111,10 @@ class SchemaError(BadInput):
     """The record decodes but breaks the message contract."""
 
 
+class RecordMismatch(LockstepError):
+    """A JSON record and the bytes given with it disagree (``lockstep validate``)."""
+
+
 class BrokerError(LockstepError):
     """A Kafka operation failed."""
 
@@ -112,6 +123,12 @@ class BrokerError(LockstepError):
 
 class EmbeddedBrokerError(BrokerError):
     """The embedded broker could not be found, started or reached."""
+
+    retriable = False
+
+
+class KafkaBrokerError(BrokerError):
+    """An Apache Kafka broker could not be provisioned, started or stopped."""
 
     retriable = False
 
@@ -134,3 +151,27 @@ class EngineTimeout(EngineError):
 
 class EngineUnavailable(EngineError):
     """The engine cannot run here: its extra is missing or it needs a device that is absent."""
+
+
+class ServerUnavailable(EngineError):
+    """An engine's server did not answer or answered 5xx; retry later."""
+
+    retriable = True
+
+
+class ScrapeError(LockstepError):
+    """A ``/metrics`` endpoint could not be read."""
+
+    retriable = True
+
+
+class BenchError(LockstepError):
+    """A benchmark could not run to its end."""
+
+
+class BenchProcessError(BenchError):
+    """A process the bench started failed or did not become ready."""
+
+
+class BenchFailed(BenchError):
+    """One bench of ``bench all`` exited with an error."""

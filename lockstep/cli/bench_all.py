@@ -10,11 +10,7 @@ from typing import Any
 import click
 
 from lockstep.cli.base import bootstrap_option
-from lockstep.errors import LockstepError
-
-
-class BenchFailed(LockstepError):
-    """One bench of ``bench all`` exited with an error (not retriable)."""
+from lockstep.errors import BenchFailed
 
 
 def _plan(quick: bool, bootstrap: str | None, soak: float) -> list[tuple[str, list[str]]]:

@@ -26,13 +26,7 @@ from lockstep.engines.base import (
     WorkItem,
 )
 from lockstep.engines.prompt import build_prompt, openai_messages
-from lockstep.errors import EngineError
-
-
-class ServerUnavailable(EngineError):
-    """The server did not answer or answered 5xx; retry later."""
-
-    retriable = True
+from lockstep.errors import ServerUnavailable
 
 
 class OpenAIEngine(Engine):

@@ -18,17 +18,11 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.config.settings import SloSettings
-from lockstep.errors import ConfigError, LockstepError
+from lockstep.errors import ConfigError, ScrapeError
 from lockstep.telemetry.metrics import LATENCY_BUCKETS, STAGES
 
 Labels = frozenset[tuple[str, str]]
 PREFIX = "lockstep_"
-
-
-class ScrapeError(LockstepError):
-    """A ``/metrics`` endpoint could not be read (retriable)."""
-
-    retriable = True
 
 
 @dataclass(frozen=True)

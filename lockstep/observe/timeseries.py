@@ -24,8 +24,8 @@ from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
-from lockstep.errors import ConfigError
-from lockstep.observe.metrics import Hist, Labels, Scrape, ScrapeError, fetch, merge, parse
+from lockstep.errors import ConfigError, ScrapeError
+from lockstep.observe.metrics import Hist, Labels, Scrape, fetch, merge, parse
 
 HEADER = "# lockstep-scrape"
 _HEADER_RE = re.compile(r"^# lockstep-scrape\s+(?P<fields>.*)$")

@@ -20,8 +20,9 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from lockstep.config.settings import ROLE_METRICS_PORTS, Settings, SloSettings
+from lockstep.errors import ScrapeError
 from lockstep.observe.breakdown import dead_letter_rows, pool_rows, responses, route_rows, tokens
-from lockstep.observe.metrics import Scrape, ScrapeError, Summary, fetch, merge, parse, summarize
+from lockstep.observe.metrics import Scrape, Summary, fetch, merge, parse, summarize
 from lockstep.observe.timeseries import RollingWindow
 from lockstep.observe.topview import Extras, Target, render
 

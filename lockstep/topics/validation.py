@@ -21,7 +21,7 @@ from typing import Any, Final
 import msgpack
 from pydantic import BaseModel, ValidationError
 
-from lockstep.errors import BadInput, ReasonCode, SchemaError
+from lockstep.errors import BadInput, ReasonCode, RecordMismatch, SchemaError
 from lockstep.topics.codec import (
     DEFAULT_MAX_BYTES,
     HEADER_SIZE,
@@ -110,17 +110,13 @@ def check(candidate: Candidate, *, now_us: int, max_future_us: int,
     except BadInput as error:
         return Verdict(src, False, kind=_kind_name(value), code=error.code.value,
                        field=error.field, reason=error.reason)
-    except _Mismatch as error:
+    except RecordMismatch as error:
         return Verdict(src, False, kind=_kind_name(value), code=JSON_MISMATCH,
                        reason=str(error))
     kind = peek_kind(value)
     assert value is not None  # it decoded
     return Verdict(src, True, kind=STEMS[kind], what=describe(record),
                    notes=_ignored_keys(kind, value))
-
-
-class _Mismatch(Exception):
-    """A JSON record and the bytes given with it disagree."""
 
 
 def _from_record(candidate: Candidate, value: bytes | None) -> bytes | None:
@@ -137,9 +133,9 @@ def _from_record(candidate: Candidate, value: bytes | None) -> bytes | None:
     if value is None:
         return encoded
     if value[:HEADER_SIZE] != encoded[:HEADER_SIZE] or _safe_decode(value) != model:
-        raise _Mismatch("the JSON record is not what value_hex decodes to")
+        raise RecordMismatch("the JSON record is not what value_hex decodes to")
     if value != encoded:
-        raise _Mismatch("value_hex decodes to the JSON record but is not its canonical "
+        raise RecordMismatch("value_hex decodes to the JSON record but is not its canonical "
                         "encoding (key order, int or float widths)")
     return value
 

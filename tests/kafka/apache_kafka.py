@@ -4,11 +4,11 @@
 from ``tests/kafka/pom.xml``).
 """
 
+from lockstep.errors import KafkaBrokerError
 from lockstep.kafka.apache import (
     DEFAULT_JVM_OPTS,
     DEFAULT_POM,
     ApacheKafka,
-    KafkaBrokerError,
     KafkaCluster,
     resolve_classpath,
 )

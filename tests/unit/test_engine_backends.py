@@ -13,11 +13,11 @@ from PIL import Image
 from lockstep.config.worker import OpenAISettings, TrtllmSettings, WorkerSettings
 from lockstep.engines.base import InferenceResult, ItemFailure, WorkItem
 from lockstep.engines.cpu import CpuEngine
-from lockstep.engines.openai import OpenAIEngine, ServerUnavailable
+from lockstep.engines.openai import OpenAIEngine
 from lockstep.engines.prompt import build_prompt, decode_frame, fit, openai_messages
 from lockstep.engines.registry import create_engine, resolve
 from lockstep.engines.trtllm import TrtllmEngine, trtllm_input
-from lockstep.errors import EngineUnavailable
+from lockstep.errors import EngineUnavailable, ServerUnavailable
 from lockstep.topics.schemas import Modality, VideoToken
 from tests.factories import T0, audio, ocr, request, sensor, video
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from lockstep.errors import ConfigError
-from lockstep.observe.metrics import ScrapeError
+from lockstep.errors import ConfigError, ScrapeError
 from lockstep.observe.timeseries import (
     HEADER,
     TimedScrape,

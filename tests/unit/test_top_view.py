@@ -10,7 +10,8 @@ from prometheus_client import generate_latest
 from rich.console import Console
 
 from lockstep.config.settings import SloSettings
-from lockstep.observe.metrics import Scrape, ScrapeError, parse
+from lockstep.errors import ScrapeError
+from lockstep.observe.metrics import Scrape, parse
 from lockstep.observe.top import Frame, TopState, draw, run_top
 from lockstep.observe.topview import sparkline
 from lockstep.telemetry.metrics import Telemetry

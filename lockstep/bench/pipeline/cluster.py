@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockstep.bench.pipeline.procs import BenchProcessError, Child, cpu_seconds
+from lockstep.bench.pipeline.procs import Child, cpu_seconds
 from lockstep.config.settings import Settings
+from lockstep.errors import BenchProcessError
 from lockstep.kafka.embedded import EmbeddedBroker
 
 log = logging.getLogger(__name__)

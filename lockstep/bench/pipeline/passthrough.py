@@ -20,9 +20,9 @@ import logging
 import multiprocessing as mp
 from typing import Any
 
-from lockstep.bench.pipeline.procs import BenchProcessError, cpu_seconds
+from lockstep.bench.pipeline.procs import cpu_seconds
 from lockstep.config.settings import KafkaSettings
-from lockstep.errors import BrokerError
+from lockstep.errors import BenchProcessError, BrokerError
 from lockstep.kafka.admin import admin_client, delete_topics, ensure_topics
 from lockstep.kafka.probes import read_arrivals, run_hop, run_source
 from lockstep.producer.synthetic import SyntheticStream

@@ -18,16 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lockstep.errors import LockstepError
+from lockstep.errors import BenchProcessError
 
 log = logging.getLogger(__name__)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _METRICS_LINE = re.compile(r"metrics on (http://\S+/metrics)")
-
-
-class BenchProcessError(LockstepError):
-    """A process the bench started failed or did not become ready (not retriable)."""
 
 
 def parse_stat(text: str) -> tuple[int, float] | None:

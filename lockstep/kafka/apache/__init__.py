@@ -8,7 +8,6 @@ directory it is restarted on after a SIGTERM or SIGKILL. The test suite's broker
 from lockstep.kafka.apache.classpath import CLASSPATH_HINT, DEFAULT_POM, resolve_classpath
 from lockstep.kafka.apache.cluster import KafkaCluster
 from lockstep.kafka.apache.config import DEFAULT_JVM_OPTS
-from lockstep.kafka.apache.errors import KafkaBrokerError
 from lockstep.kafka.apache.node import KafkaNode
 from lockstep.kafka.apache.single import ApacheKafka, Outage
 
@@ -17,7 +16,6 @@ __all__ = [
     "DEFAULT_JVM_OPTS",
     "DEFAULT_POM",
     "ApacheKafka",
-    "KafkaBrokerError",
     "KafkaCluster",
     "KafkaNode",
     "Outage",

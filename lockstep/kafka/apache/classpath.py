@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from lockstep.kafka.apache.errors import KafkaBrokerError, tail
+from lockstep.errors import KafkaBrokerError
+from lockstep.kafka.apache.logtail import tail
 
 __all__ = ["CLASSPATH_HINT", "DEFAULT_POM", "LauncherEnv", "find_java", "resolve_classpath"]
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from lockstep.errors import KafkaBrokerError
 from lockstep.kafka.apache.classpath import DEFAULT_POM, find_java, resolve_classpath
 from lockstep.kafka.apache.config import (
     DEFAULT_JVM_OPTS,
@@ -31,7 +32,7 @@ from lockstep.kafka.apache.config import (
     server_properties,
     write_config_files,
 )
-from lockstep.kafka.apache.errors import LOG_TAIL_LINES, KafkaBrokerError, tail
+from lockstep.kafka.apache.logtail import LOG_TAIL_LINES, tail
 from lockstep.kafka.apache.readiness import wait_ready
 
 __all__ = ["KafkaNode", "NodeOptions", "Runtime", "free_port", "with_parent"]

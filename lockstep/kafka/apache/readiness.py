@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from lockstep.kafka.apache.errors import KafkaBrokerError
+from lockstep.errors import KafkaBrokerError
 
 __all__ = ["wait_ready"]
 

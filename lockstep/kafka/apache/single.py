@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from lockstep.errors import KafkaBrokerError
 from lockstep.kafka.apache.classpath import DEFAULT_POM, LauncherEnv
 from lockstep.kafka.apache.config import (
     DEFAULT_JVM_OPTS,
@@ -28,7 +29,6 @@ from lockstep.kafka.apache.config import (
     PropertyValue,
     new_cluster_id,
 )
-from lockstep.kafka.apache.errors import KafkaBrokerError
 from lockstep.kafka.apache.node import KafkaNode, NodeOptions, Runtime, free_port
 
 __all__ = ["ApacheKafka", "Outage"]
