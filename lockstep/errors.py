@@ -20,9 +20,8 @@
     │   ├── EngineUnavailable       the engine's extra is not installed or has no device
     │   └── ServerUnavailable       an engine's server did not answer, or answered 5xx
     ├── ScrapeError                 a role's /metrics could not be read (retriable)
-    └── BenchError                  a benchmark could not run to its end (not retriable)
-        ├── BenchProcessError       a process the bench started failed or was not ready
-        └── BenchFailed             one bench of ``bench all`` exited with an error
+    ├── ProcessError                a child process failed, or was not ready in time
+    └── BenchFailed                 one bench of ``bench all`` exited with an error
 """
 
 from __future__ import annotations
@@ -165,13 +164,9 @@ class ScrapeError(LockstepError):
     retriable = True
 
 
-class BenchError(LockstepError):
-    """A benchmark could not run to its end."""
+class ProcessError(LockstepError):
+    """A child process (a role, a producer) failed, or was not ready in time."""
 
 
-class BenchProcessError(BenchError):
-    """A process the bench started failed or did not become ready."""
-
-
-class BenchFailed(BenchError):
+class BenchFailed(LockstepError):
     """One bench of ``bench all`` exited with an error."""

@@ -6,10 +6,11 @@ process.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+
+from lockstep.agents.children import without_settings
 
 LOCKSTEP = shutil.which("lockstep") or ""
 
@@ -22,8 +23,7 @@ def lockstep_path() -> str:
 
 def clean_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without ``LOCKSTEP_*``, plus ``env``."""
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")}
-    return {**inherited, **(env or {})}
+    return without_settings(env)
 
 
 def run(argv: Sequence[str], *, timeout: float = 120,

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from lockstep.agents.children import cpu_seconds
 from lockstep.bench.machine import MachineWatch
 from lockstep.bench.pipeline.passthrough import payloads
-from lockstep.bench.pipeline.procs import cpu_seconds
 from lockstep.bench.stats import spread_json
 from lockstep.config.settings import KafkaSettings
 from lockstep.errors import BrokerError

@@ -209,7 +209,7 @@ async def _run(scenario: Scenario, options: ChaosOptions, brokers: Brokers,
     outcome.crashes = [f"{c.process} exited {c.status}" for c in pipeline.crashes]
     outcome.log_lines = {p.name: p.log_lines() for p in pipeline.processes}
     secret = env["LOCKSTEP_KAFKA__SASL_PASSWORD"]
-    outcome.secret_seen_in = [p.name for p in pipeline.processes if secret in p.log_tail(10**8)]
+    outcome.secret_seen_in = [p.name for p in pipeline.processes if secret in p.tail(10**8)]
     if isinstance(scenario.fault, KillRole):
         outcome.recovery_limit_s = options.session_timeout_ms / 1000 + 5.0
 

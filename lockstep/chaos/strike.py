@@ -72,7 +72,7 @@ _METRICS_URL = re.compile(r"metrics on (http://\S+/metrics)")
 
 def _streams_held(process: RoleProcess) -> float | None:
     """``lockstep_align_streams`` of an align process now (None: not readable)."""
-    urls = _METRICS_URL.findall(process.log_tail(10**7))
+    urls = _METRICS_URL.findall(process.tail(10**7))
     if not urls:
         return None
     try:

@@ -31,7 +31,7 @@ def _plan(quick: bool, bootstrap: str | None, soak: float) -> list[tuple[str, li
 
 
 def _run(args: list[str]) -> dict[str, Any]:
-    from lockstep.bench.pipeline.cluster import lockstep_argv
+    from lockstep.agents.children import lockstep_argv
 
     argv = [*lockstep_argv(), "bench", *args, "--json"]
     # stderr passes through: warnings and progress reach the person waiting.

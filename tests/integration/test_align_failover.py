@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from lockstep.agents.children import Child
 from lockstep.agents.runner import prepare_topics
 from lockstep.config.settings import Settings, load_settings
 from lockstep.observe.ledger import Ledger
@@ -27,7 +28,7 @@ from lockstep.observe.observer import Observer
 from lockstep.producer.publisher import PublishReport, publish_synthetic
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
-from tests.integration.procs import LockstepProcess, lockstep_run
+from tests.integration.procs import lockstep_run
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +95,7 @@ def _windows_of(ledger: Ledger, stream_ids: set[str]) -> int:
 
 
 async def _wait_until(observer: Observer, done: Callable[[], bool], timeout_s: float,
-                      process: LockstepProcess) -> bool:
+                      process: Child) -> bool:
     """Wait for ``done()`` on each change the observer reads; fail at once if ``process`` exits.
 
     Returns:
@@ -105,7 +106,7 @@ async def _wait_until(observer: Observer, done: Callable[[], bool], timeout_s: f
         observer.changed.clear()  # before the check, so a change during it is not lost
         if done():
             return True
-        assert process.returncode is None, f"lockstep run exited\n{process.output_tail()}"
+        assert process.returncode is None, f"lockstep run exited\n{process.tail()}"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
@@ -136,13 +137,13 @@ async def test_killed_align_process_loses_no_token_when_a_second_one_takes_over(
             await publish_synthetic(settings.kafka, [warm_up], 0.5, Telemetry())
             assert await _wait_until(observer, lambda: _windows_of(ledger, {warm_up}) > 0,
                                      START_S, first), \
-                f"no warm-up window in {START_S}s\n{first.output_tail()}"
+                f"no warm-up window in {START_S}s\n{first.tail()}"
 
             publishing = asyncio.create_task(
                 publish_synthetic(settings.kafka, stream_ids, PUBLISH_S, Telemetry()))
             await asyncio.sleep(KILL_AFTER_S)
             assert await _wait_until(observer, lambda: _windows_of(ledger, main) > 0, 10.0,
-                                     first), f"no window before the kill\n{first.output_tail()}"
+                                     first), f"no window before the kill\n{first.tail()}"
             assert not publishing.done(), "publishing ended before the kill"
             windows_before_kill = _windows_of(ledger, main)
             killed_at_us = _wall_us()
@@ -152,14 +153,14 @@ async def test_killed_align_process_loses_no_token_when_a_second_one_takes_over(
             published = await publishing
             settled = await _wait_until(observer, lambda: not ledger.unaccounted(published.keys),
                                         DRAIN_S, second)
-            second_status = await second.terminate(timeout_s=30.0)
+            second_status = await second.stop(timeout_s=30.0)
     finally:
         if publishing is not None and not publishing.done():
             publishing.cancel()
             await asyncio.gather(publishing, return_exceptions=True)
         await observer.stop()
 
-    diagnostics = f"{first.output_tail()}\n{second.output_tail()}"
+    diagnostics = f"{first.tail()}\n{second.tail()}"
     unaccounted = ledger.unaccounted(published.keys)
     duplicates = ledger.duplicates["window"]
     late = len(ledger.late & published.keys)
@@ -182,4 +183,4 @@ async def test_killed_align_process_loses_no_token_when_a_second_one_takes_over(
     assert any(w.t_start_us > killed_at_us for w in after_kill), (
         f"no window of tokens captured after the kill; {summary}")
     assert {w.stream_id for w in after_kill} == main, summary
-    assert second_status == 0, f"SIGTERM exit status {second_status}\n{second.output_tail()}"
+    assert second_status == 0, f"SIGTERM exit status {second_status}\n{second.tail()}"

@@ -38,13 +38,13 @@ def test_a_role_started_before_its_broker_waits_and_then_runs(tmp_path: Path) ->
     log = tmp_path / "align.log"
     with lockstep_run(["run", "--roles", "align", "--create-topics"], env, log) as role:
         time.sleep(12.0)  # no broker at all for a while
-        assert role.returncode is None, f"the role gave up\n{role.output_tail()}"
+        assert role.returncode is None, f"the role gave up\n{role.tail()}"
         waiting = log.read_text(errors="replace")
         with EmbeddedBroker(port=port):
-            assert _wait_for(log, "running align in groups", 60.0), role.output_tail()
+            assert _wait_for(log, "running align in groups", 60.0), role.tail()
             assert role.returncode is None
-            status = asyncio.run(role.terminate(timeout_s=30.0))
-    assert status == 0, role.output_tail()
+            status = asyncio.run(role.stop(timeout_s=30.0))
+    assert status == 0, role.tail()
     # One "waiting" line per interval, not one per reconnect attempt.
     assert 1 <= waiting.count("waiting for Kafka") <= 3, waiting[-3000:]
     assert len(waiting.splitlines()) < 40, waiting[-3000:]

@@ -94,8 +94,8 @@ async def test_a_worker_process_serves_its_pool_with_a_plugin_engine(
             # the observer reads in the background: nothing to wait on but time
             while not observer.ledger.responses and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.2)
-            assert observer.ledger.responses, w.output_tail()
-            assert "engine plugin <class 'lockstep_echo_engine.EchoEngine'>" in w.output_tail()
+            assert observer.ledger.responses, w.tail()
+            assert "engine plugin <class 'lockstep_echo_engine.EchoEngine'>" in w.tail()
     finally:
         await observer.stop()
     response = next(iter(observer.ledger.responses.values()))

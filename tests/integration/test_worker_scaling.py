@@ -22,13 +22,14 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from lockstep.agents.app import group_id
+from lockstep.agents.children import Child
 from lockstep.agents.runner import prepare_topics
 from lockstep.config.settings import load_settings
 from lockstep.observe.observer import Observer
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from tests.factories import request, video
-from tests.integration.procs import LockstepProcess, lockstep_run
+from tests.integration.procs import lockstep_run
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +54,11 @@ def _members(bootstrap: str, group: str) -> list[set[int]]:
 
 
 async def _until(check: Callable[[], bool], timeout_s: float,
-                 *alive: LockstepProcess) -> bool:
+                 *alive: Child) -> bool:
     deadline = time.monotonic() + timeout_s
     while not check():
         for process in alive:
-            assert process.returncode is None, f"worker exited\n{process.output_tail()}"
+            assert process.returncode is None, f"worker exited\n{process.tail()}"
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.25)
@@ -113,18 +114,18 @@ async def test_two_worker_replicas_share_a_pool_and_a_killed_one_loses_no_reques
                 return False
 
             assert await _until(shared, START_S, first, second), \
-                f"the two workers never shared the pool\n{first.output_tail()}"
+                f"the two workers never shared the pool\n{first.tail()}"
             members = _members(apache_kafka, group)
             assert not members[0] & members[1]
             assert members[0] | members[1] == set(range(settings.topics.pipeline_partitions))
 
             await send(range(REQUESTS // 2))
             assert await _until(lambda: len(answered) >= REQUESTS // 4, START_S, first,
-                                second), f"no answers\n{first.output_tail()}"
+                                second), f"no answers\n{first.tail()}"
             first.kill()
             await send(range(REQUESTS // 2, REQUESTS))
             settled = await _until(lambda: len(answered) >= REQUESTS, DRAIN_S, second)
-            diagnostics = second.output_tail()
+            diagnostics = second.tail()
     finally:
         await producer.stop()
         await observer.stop()

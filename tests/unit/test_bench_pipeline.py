@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from lockstep.agents.children import parse_stat
 from lockstep.bench.markdown import Section, as_markdown, render_markdown
 from lockstep.bench.pipeline.demo_shape import marginal_cpu_ms
 from lockstep.bench.pipeline.metrics import degraded, diff, figures
 from lockstep.bench.pipeline.passthrough import sustained_rate
-from lockstep.bench.pipeline.procs import parse_stat
 from lockstep.bench.pipeline.ramp import (
     Step,
     aggregate,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from lockstep.chaos.procs import parse_vmrss
+from lockstep.agents.children import rss_bytes
 from lockstep.chaos.run import ChaosOptions, expected_members, live_stream_ids, role_env
 from lockstep.chaos.scenarios import (
     SCENARIOS,
@@ -124,9 +126,11 @@ def test_a_single_node_is_its_own_quorum_with_nothing_replicated() -> None:
     assert props["num.partitions"] == "3"
 
 
-def test_vmrss_is_read_in_kilobytes_from_proc_status() -> None:
-    assert parse_vmrss("Name:\tpython\nVmPeak:\t 9 kB\nVmRSS:\t  92668 kB\n") == 92668
-    assert parse_vmrss("Name:\tzombie\n") is None
+def test_resident_memory_is_read_from_proc_and_is_none_once_the_process_is_gone() -> None:
+    assert (rss_bytes(os.getpid()) or 0) > 10 * 1024 * 1024  # this interpreter
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert rss_bytes(gone.pid) is None
 
 
 def _tmp() -> Path:

@@ -13,7 +13,7 @@ from lockstep.streams.route.confidence import (
     video_confidence,
     video_quality,
 )
-from lockstep.streams.route.gate import GateCalibrator, alignment_gate, weighted_confidence
+from lockstep.streams.route.gate import GateCalibrator, alignment_gate
 from lockstep.topics.schemas import AudioToken, OcrToken, VideoToken
 from tests.factories import T0, audio, ocr, sensor
 
@@ -83,11 +83,6 @@ def test_sensor_out_of_range_or_stale_loses_confidence() -> None:
     assert sensor_confidence([fresh], T0, {"imu": (0, 1)}) == 0.0
     assert sensor_confidence([fresh], T0 + 200_000) < 0.2
     assert sensor_confidence([], T0) == 0.0
-
-
-def test_weighted_confidence_uses_the_seed_weights() -> None:
-    assert weighted_confidence(1.0, 0.0) == pytest.approx(0.45)
-    assert weighted_confidence(0.0, 1.0) == pytest.approx(0.55)
 
 
 @given(a=st.floats(0, 1), v=st.floats(0, 1), t=st.floats(0, 1), d=st.floats(0.01, 0.5))

@@ -18,7 +18,7 @@ from lockstep.config.settings import RouteSettings, SloSettings
 from lockstep.engines.reference import describe
 from lockstep.streams.route import tokendrop
 from lockstep.streams.route.confidence import audio_confidence, video_confidence, video_quality
-from lockstep.streams.route.priority import has_intent, semantic_importance
+from lockstep.streams.route.priority import Lexicon
 from lockstep.streams.route.router import Router, _round4
 from lockstep.streams.route.tokendrop import patch_mask
 from lockstep.topics.codec import encode
@@ -183,8 +183,9 @@ def test_audio_confidence_equals_the_old_one(chunks: list[AudioToken]) -> None:
      "stop stop stop", "fire exit"]) | st.text(max_size=30), max_size=4))
 def test_semantic_importance_and_intent_equal_the_old_ones(texts: list[str]) -> None:
     domains = RouteSettings().domains
-    assert semantic_importance(texts, domains) == legacy_route.semantic_importance(texts, domains)
-    assert has_intent(texts, domains) == legacy_route.has_intent(texts, domains)
+    lexicon = Lexicon.of(domains)
+    assert lexicon.importance(texts) == legacy_route.semantic_importance(texts, domains)
+    assert lexicon.has_intent(texts) == legacy_route.has_intent(texts, domains)
 
 
 def _window(seq: int, frame: VideoToken | None, chunks: list[AudioToken], texts: list[str],

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from lockstep.config.settings import RouteSettings, SloSettings
 from lockstep.streams.route.gate import MAX_STREAMS
-from lockstep.streams.route.priority import has_intent, priority, semantic_importance, sla_risk
+from lockstep.streams.route.priority import Lexicon, priority, sla_risk
 from lockstep.streams.route.router import DROP, EARLY_EXIT, FULL, TEXT_ONLY, VISION_ONLY, Router
 from lockstep.topics.schemas import (
     AudioToken,
@@ -126,12 +126,12 @@ def test_routing_stamps_the_timeline() -> None:
 
 
 def test_semantic_importance_weighs_domains() -> None:
-    domains = RouteSettings().domains
-    assert semantic_importance(["nice weather"], domains) == 0.0
-    medical = semantic_importance(["chest pain"], domains)
-    command = semantic_importance(["open the door"], domains)
-    assert 0 < command < medical < semantic_importance(["pain and bleeding"], domains) < 1
-    assert has_intent(["Call home"], domains) and not has_intent(["hello"], domains)
+    lexicon = Lexicon.of(RouteSettings().domains)
+    assert lexicon.importance(["nice weather"]) == 0.0
+    medical = lexicon.importance(["chest pain"])
+    command = lexicon.importance(["open the door"])
+    assert 0 < command < medical < lexicon.importance(["pain and bleeding"]) < 1
+    assert lexicon.has_intent(["Call home"]) and not lexicon.has_intent(["hello"])
 
 
 @given(s=st.floats(0, 1), r=st.floats(0, 1), d=st.floats(0, 0.5), a=st.floats(0, 1))

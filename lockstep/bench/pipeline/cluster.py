@@ -5,7 +5,8 @@ that cluster and creates only the topics that are missing. Each role runs as its
 ``lockstep run --roles ROLE --metrics-port 0`` process, in consumer groups of this run
 alone (``LOCKSTEP_APP_ID=bench-<run>``, new groups at the log end), with the reference
 engine; the caller's other ``LOCKSTEP_*`` settings and ``--config`` pass through.
-Producers are ``lockstep publish --synthetic`` processes.
+Producers are ``lockstep publish --synthetic`` processes. Every process's output goes to a
+log file in a directory of the run's, removed when the cluster stops.
 """
 
 from __future__ import annotations
@@ -18,24 +19,18 @@ import os
 import re
 import secrets
 import shutil
-import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockstep.bench.pipeline.procs import Child, cpu_seconds
+from lockstep.agents.children import Child, cpu_seconds, lockstep_argv
 from lockstep.config.settings import Settings
-from lockstep.errors import BenchProcessError
+from lockstep.errors import ProcessError
 from lockstep.kafka.embedded import EmbeddedBroker
 
 log = logging.getLogger(__name__)
 _RUNNING = re.compile(r"running \S+ in groups")
-
-
-def lockstep_argv() -> list[str]:
-    """How to start the ``lockstep`` CLI from here (the console script, else ``-m``)."""
-    script = shutil.which("lockstep")
-    return [script] if script else [sys.executable, "-m", "lockstep"]
 
 
 @dataclass
@@ -49,6 +44,8 @@ class Cluster:
     urls: dict[str, str] = field(default_factory=dict)
     broker: EmbeddedBroker | None = None
     broker_pid: int | None = None
+    log_dir: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="lockstep-bench-")))
 
     @property
     def embedded(self) -> bool:
@@ -81,7 +78,7 @@ class Cluster:
         """Start the broker (if none is given), create the topics, start every role.
 
         Raises:
-            BenchProcessError: A role exited or did not report itself running in time.
+            ProcessError: A role exited or did not report itself running in time.
         """
         from lockstep.agents.runner import prepare_topics
 
@@ -98,8 +95,9 @@ class Cluster:
         env = self.env()
         base = lockstep_argv()
         for role in ["align", "route", *(f"worker:{p}" for p in self.pools)]:
-            child = Child(role, [*base, "run", "--roles", role, "--metrics-port", "0"], env)
-            self.roles[role] = await child.start()
+            self.roles[role] = Child(
+                role, [*base, "run", "--roles", role, "--metrics-port", "0"], env,
+                self.log_dir / f"{role.replace(':', '-')}.log").start()
         for role, child in self.roles.items():
             self.urls[role] = await child.metrics_url(ready_timeout_s)
             await child.wait_for_line(_RUNNING, ready_timeout_s)
@@ -108,22 +106,23 @@ class Cluster:
         """Raise if a role has exited.
 
         Raises:
-            BenchProcessError: A role process is no longer running.
+            ProcessError: A role process is no longer running.
         """
         for role, child in self.roles.items():
             if not child.running:
-                raise BenchProcessError(f"role {role} exited: {child.tail()}")
+                raise ProcessError(f"role {role} exited: {child.last_lines()}")
 
     def cpu(self) -> dict[str, float | None]:
         """CPU seconds so far of each role (and the embedded broker, as ``broker``)."""
-        out = {role: cpu_seconds(child.pid) for role, child in self.roles.items()}
+        out = {role: child.cpu_seconds() for role, child in self.roles.items()}
         if self.broker_pid is not None:
             out["broker"] = cpu_seconds(self.broker_pid)
         return out
 
     def pids(self) -> dict[str, int]:
         """Process ids of the roles (and the embedded broker)."""
-        out = {role: child.pid for role, child in self.roles.items()}
+        out = {role: pid for role, child in self.roles.items()
+               if (pid := child.pid) is not None}
         if self.broker_pid is not None:
             out["broker"] = self.broker_pid
         return out
@@ -133,20 +132,22 @@ class Cluster:
         await asyncio.gather(*(child.stop() for child in self.roles.values()))
 
     async def stop(self) -> None:
-        """Stop the roles and the embedded broker; idempotent."""
+        """Stop the roles and the embedded broker, remove the logs; idempotent."""
         try:
             await self.stop_roles()
         finally:
             if self.broker is not None:
                 await asyncio.to_thread(self.broker.stop)
                 self.broker = None
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def producer(self, label: str, streams: int, seconds: float, prefix: str) -> Child:
         """A ``lockstep publish --synthetic`` process (not started)."""
         argv = [*lockstep_argv(), "publish", "--synthetic", "--streams", str(streams),
                 "--seconds", f"{seconds:g}", "--prefix", prefix, "--json",
                 "--delivery-timeout", "30", "--no-progress"]
-        return Child(label, argv, self.env())
+        return Child(label, argv, self.env(), self.log_dir / f"{label.replace(' ', '-')}.log",
+                     keep_stdout=True)
 
 
 def publish_summary(child: Child) -> dict[str, Any]:

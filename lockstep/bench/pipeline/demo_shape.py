@@ -14,15 +14,15 @@ import json
 import logging
 import os
 import resource
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lockstep.agents.children import Child, lockstep_argv
 from lockstep.bench.machine import MachineWatch
 from lockstep.bench.pipeline import ramp
-from lockstep.bench.pipeline.cluster import lockstep_argv
-from lockstep.bench.pipeline.procs import Child
 from lockstep.bench.pipeline.run import PipelineOptions
 
 log = logging.getLogger(__name__)
@@ -50,16 +50,19 @@ async def demo_step(streams: int, options: PipelineOptions, env: dict[str, str],
     if bootstrap:
         argv += ["--bootstrap", bootstrap]
     cpu0 = _children_cpu()
-    child = await Child(f"demo {streams}", argv, env).start()
-    try:
-        await child.wait(options.step_seconds + options.drain_s + 180.0)
-    finally:
-        await child.stop()
+    with tempfile.TemporaryDirectory(prefix="lockstep-bench-demo-") as logs:
+        child = Child(f"demo {streams}", argv, env, Path(logs) / "demo.log",
+                      keep_stdout=True).start()
+        try:
+            await child.wait(options.step_seconds + options.drain_s + 180.0)
+        finally:
+            await child.stop()
+        try:
+            report = json.loads(child.stdout.decode(errors="replace"))
+        except ValueError:
+            report = {}
+        tail = child.last_lines()
     cpu = _children_cpu() - cpu0
-    try:
-        report = json.loads(child.stdout.decode(errors="replace"))
-    except ValueError:
-        report = {}
     frames = report.get("tokens_by_modality", {}).get("video", 0)
     published = report.get("tokens_published", 0)
     attainment = (report.get("slo") or {}).get("attainment")
@@ -67,7 +70,7 @@ async def demo_step(streams: int, options: PipelineOptions, env: dict[str, str],
     ok, why = ramp.held(attainment, coverage, options.target, options.min_coverage,
                         bool(report.get("ok")))
     if not report:
-        why = f"the demo printed no report: {child.tail()}"
+        why = f"the demo printed no report: {tail}"
     return {"streams": streams, "held": ok and bool(report), "why": why,
             "attainment": attainment, "coverage": coverage, "tokens_published": published,
             "tokens_per_s": published / options.step_seconds,

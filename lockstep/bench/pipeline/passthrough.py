@@ -20,9 +20,9 @@ import logging
 import multiprocessing as mp
 from typing import Any
 
-from lockstep.bench.pipeline.procs import cpu_seconds
+from lockstep.agents.children import cpu_seconds
 from lockstep.config.settings import KafkaSettings
-from lockstep.errors import BenchProcessError, BrokerError
+from lockstep.errors import BrokerError, ProcessError
 from lockstep.kafka.admin import admin_client, delete_topics, ensure_topics
 from lockstep.kafka.probes import read_arrivals, run_hop, run_source
 from lockstep.producer.synthetic import SyntheticStream
@@ -75,7 +75,7 @@ async def measure_passthrough(kafka: KafkaSettings, run_id: str, partitions: int
                     cpu[p.name] = used
                 if p.exitcode not in (None, 0):
                     sink.cancel()
-                    raise BenchProcessError(f"pass-through {p.name} exited with code "
+                    raise ProcessError(f"pass-through {p.name} exited with code "
                                             f"{p.exitcode}")
             await asyncio.sleep(0.25)
         arrivals = sink.result()

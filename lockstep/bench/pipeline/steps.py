@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.agents.children import Child, rss_bytes
 from lockstep.bench.pipeline.cluster import Cluster, publish_summary
 from lockstep.bench.pipeline.metrics import SpanFigures, diff, e2e_count, figures, scrape
-from lockstep.bench.pipeline.procs import Child, cpu_seconds, rss_bytes
 from lockstep.observe.metrics import Scrape
 
 #: Tokens per second of one synthetic stream (30 fps video, 20 ms audio, 50 Hz sensor, OCR).
@@ -69,7 +69,7 @@ async def run_load(cluster: Cluster, loads: list[Load], *, drain_s: float = 15.0
     about 1 % of the windows, enough to set a P99).
 
     Raises:
-        BenchProcessError: A role exited meanwhile.
+        ProcessError: A role exited meanwhile.
     """
     slo = cluster.settings.slo
     before = await scrape(cluster.urls)
@@ -86,7 +86,7 @@ async def run_load(cluster: Cluster, loads: list[Load], *, drain_s: float = 15.0
                     for i, n in enumerate(split(load.streams, load.per_producer))]
         producers[load.tag] = children
         for child in children:
-            await child.start()
+            child.start()
         for child in children:
             await child.wait(load.seconds + 120.0)
         sampled.ended[load.tag] = time.monotonic() - t0
@@ -112,10 +112,10 @@ async def run_load(cluster: Cluster, loads: list[Load], *, drain_s: float = 15.0
         sampled.scrapes.append((seconds, after))
     span = figures(diff(after, before), slo)
     children = [c for cs in producers.values() for c in cs]
-    summaries = {c.label: publish_summary(c) for c in children}
+    summaries = {c.name: publish_summary(c) for c in children}
     report = _span_report(loads, span, summaries, cpu0, cpu1, sampled, seconds)
-    failed = [f"{c.label}: exit {c.proc and c.proc.returncode}: {c.tail(3)}"
-              for c in children if not summaries[c.label].get("ok")]
+    failed = [f"{c.name}: exit {c.returncode}: {c.last_lines(3)}"
+              for c in children if not summaries[c.name].get("ok")]
     if failed:
         report["producer_errors"] = failed
     if sampled.steady is not None:
@@ -164,8 +164,8 @@ async def _sample(cluster: Cluster, producers: Mapping[str, list[Child]], sample
         now = time.monotonic() - t0
         for children in producers.values():
             for child in children:
-                if child.running and (used := cpu_seconds(child.pid)) is not None:
-                    sampled.producer_cpu[child.label] = used
+                if (used := child.cpu_seconds()) is not None:
+                    sampled.producer_cpu[child.name] = used
         if steady_after_s is not None and sampled.steady is None and now >= steady_after_s:
             sampled.steady = await scrape(cluster.urls)
         if scrape_every_s and now >= next_scrape:

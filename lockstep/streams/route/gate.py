@@ -30,13 +30,6 @@ MAX_STREAMS: Final = 10_000
 IDLE_TTL_US: Final = 300_000_000
 
 
-def weighted_confidence(text: float, image: float, *, text_weight: float = 0.45,
-                        image_weight: float = 0.55) -> float:
-    """The seeds' weighted text/image confidence, normalised by the weights' sum."""
-    total = text_weight + image_weight
-    return (text_weight * text + image_weight * image) / total if total > 0 else 0.0
-
-
 def alignment_gate(audio: float, vision: float, text: float, *, alpha: float = 0.3,
                    steepness: float = 10.0) -> float:
     """The dynamic alignment gate in (0, 1); 0.5 at a fused confidence of 0.5."""

@@ -29,16 +29,6 @@ def words(texts: Iterable[str]) -> list[str]:
     return [w for text in texts for w in _WORD.findall(text.lower())]
 
 
-def semantic_importance(texts: Iterable[str], domains: Mapping[str, Domain]) -> float:
-    """``S`` in [0, 1] from keyword hits weighted by domain."""
-    return Lexicon.of(domains).importance(texts)
-
-
-def has_intent(texts: Iterable[str], domains: Mapping[str, Domain]) -> bool:
-    """Whether the text names anything a domain knows (a clear intent)."""
-    return Lexicon.of(domains).has_intent(texts)
-
-
 @dataclass(frozen=True)
 class Lexicon:
     """The domains' keywords as sets, built once per configuration for the hot path.
