@@ -32,7 +32,7 @@ from lockstep.kafka.admin import admin_client, ensure_topics, wait_served
 from lockstep.kafka.apache import DEFAULT_POM, ApacheKafka, KafkaCluster
 from lockstep.kafka.groups import wait_joined
 from lockstep.kafka.readback import partition_of
-from lockstep.producer.publisher import publish_synthetic
+from lockstep.producer.realtime import publish_synthetic
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.catalog import catalog
 from lockstep.topics.keys import TokenKey

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,9 +16,22 @@ from lockstep.config.settings import Settings, load_settings
 from lockstep.errors import ConfigError, LockstepError
 
 
-def settings_for(ctx: click.Context, **sections: Any) -> Settings:
-    """Settings from --config and the environment, with this command's flags on top."""
-    return load_settings(ctx.obj["config"], **{k: v for k, v in sections.items() if v})
+def settings_for(ctx: click.Context, *, environ: Mapping[str, str] | None = None,
+                 **sections: Any) -> Settings:
+    """Settings from --config and the environment, with this command's flags on top.
+
+    Every command gets its settings here. ``environ`` reads the ``LOCKSTEP_*`` variables
+    from that mapping instead of the process's environment.
+    """
+    return load_settings(config_file(ctx), environ=environ,
+                         **{k: v for k, v in sections.items() if v})
+
+
+def config_file(ctx: click.Context) -> Path | None:
+    """The group's --config file (or LOCKSTEP_CONFIG), from any subcommand's context."""
+    root = ctx.find_root().obj
+    config = root.get("config") if isinstance(root, dict) else None
+    return config if isinstance(config, Path) else None
 
 
 def kafka_overrides(bootstrap: str | None) -> dict[str, Any]:
@@ -68,3 +82,7 @@ def check_cluster(settings: Settings, timeout_s: float = 10.0) -> None:
 
     settings.kafka.require_bootstrap()
     run_async(reach(settings.kafka, timeout_s))
+
+
+#: The arguments the CLI was started with from its entry point (None: invoked in-process).
+ENTRY_ARGV: list[str] | None = None

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
-from lockstep.cli.base import LockstepGroup, bootstrap_option
-from lockstep.cli.bench_all import all_command
-from lockstep.cli.bench_pipeline import pipeline_command
+from lockstep.cli.base import (
+    LockstepGroup,
+    bootstrap_option,
+    config_file,
+    kafka_overrides,
+    settings_for,
+)
 
 
 @click.group(cls=LockstepGroup)
@@ -56,10 +61,7 @@ def align_command(ctx: click.Context, streams: int, seconds: float, seed: int,
     from lockstep.bench.align import AlignBenchOptions, run_align_bench
     from lockstep.bench.align_table import render_align
     from lockstep.bench.faults import FaultSpec
-    from lockstep.config.settings import load_settings
-
-    root = ctx.find_root().obj
-    settings = load_settings(root.get("config") if isinstance(root, dict) else None)
+    settings = settings_for(ctx)
     options = AlignBenchOptions(streams=streams, seconds=seconds, seed=seed, repeats=repeats,
                                 timing_runs=timing_runs, slack_ms=slack_ms,
                                 faults=FaultSpec(drop_rate=drop_rate, jitter_ms=jitter_ms))
@@ -103,10 +105,7 @@ def batching_command(ctx: click.Context, engine_name: str, seconds: float, load:
     from lockstep.bench.batching import BatchingOptions, run_batching
     from lockstep.bench.batching_table import render_batching
     from lockstep.bench.trace import TraceSpec
-    from lockstep.config.settings import load_settings
-
-    root = ctx.find_root().obj
-    settings = load_settings(root.get("config") if isinstance(root, dict) else None).worker
+    settings = settings_for(ctx).worker
     options = BatchingOptions(trace=TraceSpec(seconds=seconds, load=load, seed=seed),
                               repeats=repeats, calibrations=calibrations)
     report = run_batching(engine_name, settings, options, virtual_clock=virtual_clock)
@@ -140,8 +139,6 @@ def broker_command(ctx: click.Context, bootstrap: str | None, rate: int, seconds
     """
     from lockstep.agents.app import run_async
     from lockstep.bench.broker import BrokerBenchOptions, render_broker, run_broker_bench
-    from lockstep.cli.base import kafka_overrides, settings_for
-
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
     options = BrokerBenchOptions(rate=rate, seconds=seconds, held=held, partitions=partitions,
                                  repeats=repeats)
@@ -149,5 +146,115 @@ def broker_command(ctx: click.Context, bootstrap: str | None, rate: int, seconds
     click.echo(json.dumps(report, indent=2) if as_json else render_broker(report))
 
 
-bench.add_command(pipeline_command)
-bench.add_command(all_command)
+@bench.command("pipeline")
+@bootstrap_option
+@click.option("--shape", type=click.Choice(["pipeline", "demo"]), default="pipeline",
+              show_default=True,
+              help="pipeline: one process per role; demo: lockstep demo, all in one process.")
+@click.option("--step-seconds", default=30.0, show_default=True,
+              type=click.FloatRange(2, 3600), help="How long each ramp step holds its streams.")
+@click.option("--start-streams", default=1, show_default=True, type=click.IntRange(1, 1024),
+              help="Streams of the first step (then doubled until a step fails, then bisected).")
+@click.option("--warmup-seconds", default=15.0, show_default=True,
+              type=click.FloatRange(0, 3600),
+              help="Run --start-streams this long before the ramp, unmeasured (0: skip).")
+@click.option("--max-streams", default=64, show_default=True, type=click.IntRange(1, 1024),
+              help="The ramp stops here.")
+@click.option("--target", default=0.99, show_default=True, type=click.FloatRange(0.5, 1.0),
+              help="SLO attainment a step must reach to count as held.")
+@click.option("--overload", is_flag=True,
+              help="Also run twice the capacity, then half of it; attainment and recovery.")
+@click.option("--overload-seconds", default=20.0, show_default=True,
+              type=click.FloatRange(1, 3600),
+              help="How long --overload lasts (half capacity then runs as long again).")
+@click.option("--soak", "soak_seconds", default=0.0, show_default=True,
+              type=click.FloatRange(0, 86400), metavar="SECONDS",
+              help="Also run half capacity this long and report every role's RSS over time.")
+@click.option("--confirm", default=3, show_default=True, type=click.IntRange(1, 9),
+              help="Runs of the capacity step (most must hold) before the capacity is final.")
+@click.option("--raw-records", default=50_000, show_default=True,
+              type=click.IntRange(1000, 10_000_000),
+              help="Records of the raw pass-through that measures the limit.")
+@click.option("--raw-repeats", default=3, show_default=True, type=click.IntRange(1, 9),
+              help="Raw pass-through runs, interleaved with the pipeline's steps.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step_seconds: float,
+                     start_streams: int, warmup_seconds: float, max_streams: int,
+                     target: float, overload: bool, overload_seconds: float,
+                     soak_seconds: float, confirm: int, raw_records: int, raw_repeats: int,
+                     as_json: bool) -> None:
+    """Find the most streams the pipeline holds at the SLO, and what each role costs.
+
+    Starts one process per role (align, route, one worker per pool; reference engine) on
+    the embedded broker, or on the Kafka cluster at --bootstrap, and ramps synthetic
+    streams (132 tokens/s each, producers in their own processes) until a step of
+    --step-seconds misses the SLO target; the capacity found is run --confirm times. Reports
+    the capacity, per-stage P50/P99 and CPU ms per token per role at half capacity, and the
+    raw consume->produce limit of the same client and broker (--raw-repeats runs,
+    interleaved) with the ratio. See docs/bench.md.
+    """
+    from lockstep.agents.app import run_async
+    from lockstep.bench.pipeline.demo_shape import run_demo_shape
+    from lockstep.bench.pipeline.run import PipelineOptions, run_pipeline_bench
+    from lockstep.bench.pipeline.table import render_pipeline
+
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
+    options = PipelineOptions(step_seconds=step_seconds, start_streams=start_streams,
+                              warmup_seconds=warmup_seconds,
+                              max_streams=max_streams, target=target, overload=overload,
+                              overload_seconds=overload_seconds,
+                              recover_seconds=overload_seconds, soak_seconds=soak_seconds,
+                              confirm=confirm, passthrough_records=raw_records,
+                              passthrough_repeats=raw_repeats)
+    if shape == "demo":
+        report = run_async(run_demo_shape(options, config_file(ctx),
+                                          settings.kafka.bootstrap_servers))
+    else:
+        report = run_async(run_pipeline_bench(settings, options, config_file(ctx)))
+    click.echo(json.dumps(report, indent=2) if as_json else render_pipeline(report))
+
+
+@bench.command("all")
+@bootstrap_option
+@click.option("--markdown", is_flag=True,
+              help="Write the results as Markdown to --output (and every report as JSON next "
+                   "to it, same name with .json) instead of printing them.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("BENCHMARKS.md"), show_default=True,
+              help="Where --markdown writes.")
+@click.option("--quick", is_flag=True,
+              help="Shorter traces and 10 s pipeline steps (a smoke run, not figures to quote).")
+@click.option("--soak", default=0.0, show_default=True, type=click.FloatRange(0, 86400),
+              metavar="SECONDS", help="Passed to bench pipeline --soak.")
+def all_command(bootstrap: str | None, markdown: bool, output: Path, quick: bool,
+                soak: float) -> None:
+    """Run every bench (align, batching, pipeline with --overload, the demo shape).
+
+    Each runs as its own `lockstep bench ... --json` process, one after the other. With
+    --markdown the results go to BENCHMARKS.md with each command and machine line, and the
+    full reports to BENCHMARKS.json.
+    """
+    from lockstep.bench.align_table import render_align
+    from lockstep.bench.batching_table import render_batching
+    from lockstep.bench.pipeline.table import render_pipeline
+    from lockstep.bench.suite import Section, command_line, plan, render_markdown, run_one
+
+    renders = {"align": render_align, "batching": render_batching, "pipeline": render_pipeline}
+    sections = []
+    for title, args in plan(quick, bootstrap, soak):
+        click.echo(f"lockstep bench all: running lockstep bench {' '.join(args)}", err=True)
+        report = run_one(args)
+        sections.append(Section(title, command_line(["lockstep", "bench", *args]), report,
+                                renders[args[0]]))
+        if not markdown:
+            click.echo(renders[args[0]](report) + "\n")
+    if markdown:
+        flags = [*(["--bootstrap", bootstrap] if bootstrap else []),
+                 *(["--quick"] if quick else []), *(["--soak", f"{soak:g}"] if soak else [])]
+        me = command_line(["lockstep", "bench", "all", "--markdown", *flags])
+        output.write_text(render_markdown(sections, me), encoding="utf-8")
+        reports = {s.command: s.report for s in sections}
+        output.with_suffix(".json").write_text(json.dumps(reports, indent=1) + "\n",
+                                               encoding="utf-8")
+        click.echo(f"wrote {output} and {output.with_suffix('.json')}")

@@ -1,10 +1,26 @@
-"""``lockstep publish`` and ``lockstep subscribe``: the producer and consumer ends by hand."""
+"""``lockstep publish``: media files, URLs and devices, or synthetic streams, onto the bus.
+
+The command checks its options, the stream ids and the cluster, then runs one of its two
+bodies: :func:`publish_media` (SOURCEs through PyAV, sidecars, perception) or
+:func:`publish_synthetic_command` (generated streams in real time). Both print the same
+summary (:mod:`lockstep.media.progress`).
+
+Synthetic streams are published in real time at the wall clock. Their capture grid is
+anchored at the Unix epoch, so ``seq = round(t_us / period)``: publishing again under the
+same stream ids continues every ``seq`` where the clock says, with no state kept between
+runs (the captures in between show as a gap, as a camera's frame counter would), and the
+window keys (``window_seq`` = the anchor frame's ``seq``) never repeat. Unique ids per run
+would do the same but break what follows a stream by its id (``subscribe --stream``,
+dashboards).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import sys
 import time
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +28,28 @@ import click
 
 from lockstep.agents.app import run_async
 from lockstep.cli.base import bootstrap_option, check_cluster, kafka_overrides, settings_for
+from lockstep.config.settings import Settings
 from lockstep.errors import BadInput, BrokerError, ConfigError, MediaError, ReasonCode
 from lockstep.kafka.logfilter import route_client_logs
-from lockstep.kafka.reader import TopicReader
-from lockstep.observe.describe import describe_response
-from lockstep.producer.checks import check_stream_ids
+from lockstep.kafka.retry import DELIVERY_TIMEOUT_S
+from lockstep.media.perception import PerceptionMetrics, PerceptionOptions
+from lockstep.media.progress import progress_line, render_summary, summary
+from lockstep.media.publishing import MediaPublish, StreamPlan, StreamProgress, plan_streams
+from lockstep.media.recognizers import require
+from lockstep.media.sidecar import Sidecar, read_sidecar
+from lockstep.media.source import MediaOptions
+from lockstep.producer.checks import capture_plan, check_stream_ids, summary_lines
+from lockstep.producer.delivery import PublishReport
+from lockstep.producer.publisher import Publisher
+from lockstep.producer.realtime import publish_synthetic
+from lockstep.producer.synthetic import SyntheticConfig, synthetic_config, synthetic_ids
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
-from lockstep.topics.codec import decode_as
-from lockstep.topics.schemas import Response
+from lockstep.topics.schemas import Modality
+
+#: ``publish`` options that only apply to media SOURCEs (their parameter names).
+MEDIA_ONLY = ("anchor", "sidecar_ocr", "sidecar_sensor", "asr", "asr_grammar", "ocr",
+              "ocr_every", "input_format", "compression", "idempotence")
 
 
 @click.command()
@@ -97,8 +127,6 @@ def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ..
     if synthetic:
         if sources:
             raise ConfigError("give SOURCEs or --synthetic, not both")
-        from lockstep.cli.publish_synthetic import MEDIA_ONLY, synthetic_config, synthetic_ids
-
         given = [name for name in MEDIA_ONLY if _given(ctx, name)]
         if given or not media["realtime"]:
             flag = "--fast" if not given else f"--{given[0].replace('_', '-')}"
@@ -116,14 +144,10 @@ def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ..
     check_cluster(settings)
     route_client_logs()
     if synthetic:
-        from lockstep.cli.publish_synthetic import publish_synthetic_command
-
         publish_synthetic_command(settings, ids, seconds or 10.0, config,
                                   delivery_timeout=delivery_timeout,
                                   progress=media["progress"], as_json=media["as_json"])
         return
-    from lockstep.cli.publish_media import publish_media
-
     media["video_format"] = media["video_format"] or "jpeg"
     report = publish_media(settings, sources, stream_ids, streams, seconds,
                            delivery_timeout=delivery_timeout, **media)
@@ -148,74 +172,150 @@ def _given(ctx: click.Context, name: str) -> bool:
     return source not in (None, click.core.ParameterSource.DEFAULT)
 
 
-@click.command()
-@bootstrap_option
-@click.option("--topic", default=catalog.RESPONSES, show_default=True,
-              help="Response topic to read.")
-@click.option("--from-beginning", is_flag=True, help="Start at the oldest response.")
-@click.option("--max", "max_records", default=0, type=click.IntRange(0),
-              help="Stop after this many responses (0: no limit).")
-@click.option("--timeout", default=0.0, type=click.FloatRange(0),
-              help="Stop after this many idle seconds (0: never).")
-@click.option("--stream", "stream_ids", multiple=True, metavar="ID",
-              help="Only these streams (repeatable).")
-@click.option("--jsonl", "--json", "as_json", is_flag=True,
-              help="One JSON object per line (the response plus e2e_ms and received_ms).")
-@click.pass_context
-def subscribe(ctx: click.Context, bootstrap: str | None, topic: str, from_beginning: bool,
-              max_records: int, timeout: float, stream_ids: tuple[str, ...],
-              as_json: bool) -> None:
-    """Print responses as they arrive, one per line, with their end-to-end latency.
+def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequence[str],
+                  copies: int, seconds: float | None, *, realtime: bool, anchor: str,
+                  fps: float | None, width: int | None, height: int | None,
+                  video_format: Any, jpeg_quality: int, chunk_ms: float, video: bool,
+                  audio: bool, sidecar_ocr: Path | None, sidecar_sensor: Path | None,
+                  asr: bool, asr_grammar: Path | None, ocr: bool, ocr_every: float,
+                  input_format: str | None, compression: Any, idempotence: bool,
+                  progress: bool | None, as_json: bool,
+                  delivery_timeout: float = DELIVERY_TIMEOUT_S) -> dict[str, Any]:
+    """Validate everything, publish every stream, print the summary; return it.
 
-    e2e is capture time of the window's newest token → response produced (the pipeline's
-    own figure); "received" is capture → this command reading it (includes the hop to here).
+    Raises:
+        ConfigError: Bad arguments or a missing extra.
+        MediaError: A source or sidecar cannot be read (nothing was published).
+        BrokerError: The media topics do not exist, or the broker stayed unreachable for
+            ``delivery_timeout`` seconds (nothing was published).
     """
-    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))
-    check_cluster(settings)
-    wanted = {sid.encode() for sid in stream_ids}
+    plans = plan_streams(sources, stream_ids, copies)
+    check_stream_ids(plan.stream_id for plan in plans)
+    options = MediaOptions(fps=fps, width=width, height=height, video_format=video_format,
+                           jpeg_quality=jpeg_quality, audio_chunk_ms=chunk_ms, video=video,
+                           audio=audio, anchor=anchor, max_seconds=seconds,
+                           input_format=input_format)
+    if ocr and sidecar_ocr:
+        raise ConfigError("--ocr and --sidecar-ocr both make OCR tokens: choose one")
+    if ocr and not video:
+        raise ConfigError("--ocr reads the video: drop --no-video")
+    asr = asr or asr_grammar is not None
+    if asr and not audio:
+        raise ConfigError("--asr listens to the audio: drop --no-audio")
+    if asr:
+        require("pocketsphinx")
+    if ocr:
+        require("rapidocr_onnxruntime")
+    sidecars: list[Sidecar] = []
+    if sidecar_ocr:
+        sidecars.append(read_sidecar(sidecar_ocr, "ocr"))
+    if sidecar_sensor:
+        sidecars.append(read_sidecar(sidecar_sensor, "sensor"))
 
-    async def main() -> int:
-        reader = TopicReader(settings.kafka, [topic], what="subscribe", topic_timeout_s=5.0)
-        await reader.start()
-        count = 0
-        try:
-            await (reader.seek_to_beginning() if from_beginning else reader.seek_to_end())
-            idle_since = time.monotonic()
-            while not max_records or count < max_records:
-                batches = await reader.fetch(timeout_ms=200)
-                for records in batches.values():
-                    for record in records:
-                        if wanted and record.key not in wanted:
-                            continue
-                        if max_records and count >= max_records:
-                            break
-                        _echo(record.value, as_json)
-                        count += 1
-                if batches:
-                    idle_since = time.monotonic()
-                elif timeout and time.monotonic() - idle_since > timeout:
-                    break
-        except asyncio.CancelledError:
-            pass
-        finally:
-            await reader.stop()
-        return count
+    if ocr_every <= 0:
+        raise ConfigError(f"--ocr-every must be positive, not {ocr_every}")
+    # Real time: recognisers skip work to keep up; faster than that, they see everything.
+    perception = PerceptionOptions(ocr=ocr, asr=asr, asr_grammar=asr_grammar,
+                                   ocr_every_s=ocr_every, lossless=not realtime)
 
-    run_async(main())
+    # capture → ack is a latency only when capture times are the wall clock, paced live
+    telemetry = Telemetry() if realtime and anchor == "wall" else None
+    publisher = Publisher(settings.kafka, compression=compression, idempotence=idempotence,
+                          telemetry=telemetry, delivery_timeout_s=delivery_timeout,
+                          max_future_ms=settings.align.max_future_ms)
+    publisher.wait_for_topics(catalog.MEDIA.values())
+    metrics = PerceptionMetrics(telemetry.registry if telemetry is not None else None)
+    job = MediaPublish(publisher, plans, options, sidecars, realtime=realtime,
+                       perception=perception, metrics=metrics)
+    try:  # before anything is sent: capture times from the future, replays
+        capture = capture_plan(settings, job.capture_spans(), realtime=realtime, anchor=anchor)
+    except ConfigError:
+        job.close()
+        raise
+    publisher.mark_replay(capture.replay)
+    show = sys.stderr.isatty() if progress is None else progress
+    began = time.monotonic()
+
+    def tick(state: Sequence[StreamProgress]) -> None:
+        line = progress_line(state, time.monotonic() - began, publisher.stats().bytes_sent)
+        click.echo(f"\r{line}", err=True, nl=False)
+
+    result = job.run(on_tick=tick if show else None)
+    if show:
+        click.echo("", err=True)
+    undelivered = publisher.close()
+    elapsed = time.monotonic() - began
+    stage = telemetry.stage_stats().get("publish") if telemetry else None
+    ran = {m: p for m, p in metrics.summary().items()
+           if (m == "ocr" and ocr) or (m == "asr" and asr)}
+    report = summary(result, publisher.stats(), undelivered, elapsed,
+                     (round(stage.p50_ms, 3), round(stage.p99_ms, 3)) if stage else None, ran)
+    report.update(replay=sorted(capture.replay), replay_reason=capture.reason,
+                  refused=sum(publisher.stats().refused.values()))
+    click.echo(json.dumps(report) if as_json
+               else "\n".join([render_summary(report), *summary_lines(report)]))
+    return report
 
 
-def _echo(value: bytes | None, as_json: bool) -> None:
-    received_us = time.time_ns() // 1000
-    try:
-        response = decode_as(Response, value)
-    except BadInput as error:
-        click.echo(f"# undecodable record: {error.reason}", err=True)
-        return
-    if as_json:
-        timeline = response.timeline
-        record = response.model_dump(mode="json")
-        record.update(e2e_ms=round((timeline.responded_us - timeline.capture_us) / 1000.0, 3),
-                      received_ms=round((received_us - timeline.capture_us) / 1000.0, 3))
-        click.echo(json.dumps(record))
-        return
-    click.echo(describe_response(response, now_us=received_us))
+def publish_synthetic_command(settings: Settings, stream_ids: Sequence[str], seconds: float,
+                              config: SyntheticConfig, *, delivery_timeout: float,
+                              progress: bool | None, as_json: bool) -> dict[str, Any]:
+    """Publish the streams in real time, show progress, print the summary; return it.
+
+    Raises:
+        BrokerError: The broker stayed unreachable (nothing was sent), or tokens were not
+            acknowledged within ``delivery_timeout`` (after the summary).
+    """
+    telemetry = Telemetry()
+    streams = {sid: StreamProgress(StreamPlan(sid, "synthetic"), declared_s=seconds)
+               for sid in stream_ids}
+    show = sys.stderr.isatty() if progress is None else progress
+
+    def tick(report: PublishReport, elapsed: float) -> None:
+        _follow(streams, report, min(elapsed, seconds), done=elapsed >= seconds)
+        line = progress_line(list(streams.values()), elapsed, report.bytes_sent)
+        click.echo(f"\r{line}", err=True, nl=False)
+
+    report = run_async(publish_synthetic(settings.kafka, list(stream_ids), seconds, telemetry,
+                                         config=config, delivery_timeout_s=delivery_timeout,
+                                         epoch_us=0, on_tick=tick if show else None))
+    if show:
+        click.echo("", err=True)
+    _follow(streams, report, seconds, done=True)
+    stage = telemetry.stage_stats().get("publish")
+    out = summary(list(streams.values()), report.stats(), 0, report.seconds,
+                  (round(stage.p50_ms, 3), round(stage.p99_ms, 3)) if stage else None)
+    out.update(
+        sent=sum(report.sent.values()), retries=report.retries, refused=0, replay=[],
+        replay_reason="",
+        video={"format": config.video_format, "width": config.width, "height": config.height,
+               "fps": config.fps} if Modality.VIDEO not in config.withheld else None,
+        seq={sid: {m: list(span) for (s, m), span in sorted(report.seqs.items()) if s == sid}
+             for sid in stream_ids})
+    click.echo(json.dumps(out) if as_json else "\n".join([render_summary(out), *_notes(out)]))
+    if not report.ok:
+        first = f"; first error: {report.errors[0]}" if report.errors else ""
+        raise BrokerError(f"{len(report.failed):,} of {sum(report.sent.values()):,} tokens "
+                          f"not delivered ({report.line()}){first}")
+    return out
+
+
+def _follow(streams: dict[str, StreamProgress], report: PublishReport, media_s: float, *,
+            done: bool) -> None:
+    for sid, stream in streams.items():
+        stream.sent = Counter(report.by_stream.get(sid, {}))
+        stream.media_s = media_s
+        stream.done = done
+
+
+def _notes(out: dict[str, Any]) -> list[str]:
+    video = out["video"]
+    lines = [f"video {video['width']}x{video['height']} {video['format']} at "
+             f"{video['fps']:g} fps"] if video else []
+    spans = [f"{sid} {m} {first:,}-{last:,}" for sid, seqs in list(out["seq"].items())[:3]
+             for m, (first, last) in seqs.items() if m == "video" or not video]
+    if spans:
+        more = ", …" if len(out["seq"]) > 3 else ""
+        lines.append(f"seq from the capture clock (continues across runs under the same ids): "
+                     f"{', '.join(spans[:3])}{more}")
+    return lines

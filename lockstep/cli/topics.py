@@ -64,7 +64,6 @@ def topics_manifest(ctx: click.Context, fmt: str, cluster: str, namespace: str |
     deadletter, late and slo.events) with the partitions, replicas and retention of
     LOCKSTEP_TOPICS__*. Needs no cluster.
     """
-    from lockstep.config.settings import load_settings
     from lockstep.kafka.manifests import (
         catalog_of,
         configmap_environ,
@@ -75,7 +74,7 @@ def topics_manifest(ctx: click.Context, fmt: str, cluster: str, namespace: str |
 
     environ = (configmap_environ(configmap.read_text(encoding="utf-8"), str(configmap))
                if configmap is not None else None)
-    settings = load_settings(ctx.obj["config"], environ=environ)
+    settings = settings_for(ctx, environ=environ)
     if fmt == "json":
         click.echo(render_json(kafka_topics(catalog_of(settings), cluster=cluster,
                                             namespace=namespace)), nl=False)

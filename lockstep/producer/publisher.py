@@ -1,4 +1,4 @@
-"""Publishing tokens: the :class:`Publisher` API (and :func:`publish_synthetic`, re-exported).
+"""Publishing tokens: the :class:`Publisher` API.
 
 :class:`Publisher` is the producer's Python API on confluent-kafka
 (:class:`~lockstep.kafka.producer.LibrdkafkaProducer`): tokens keyed by ``stream_id`` to
@@ -27,9 +27,6 @@ from lockstep.errors import ConfigError
 from lockstep.kafka.producer import Compression, DeliveryError, LibrdkafkaProducer, OnDelivery
 from lockstep.kafka.retry import DELIVERY_TIMEOUT_S, OutageLog
 from lockstep.producer.delivery import MAX_ERRORS, DeliveryStats
-from lockstep.producer.delivery import PublishReport as PublishReport  # re-exported for callers
-from lockstep.producer.realtime import BAD_RECORDS as BAD_RECORDS  # re-exported
-from lockstep.producer.realtime import publish_synthetic as publish_synthetic  # re-exported
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode

@@ -15,6 +15,7 @@ says, with no state kept between runs, and the captures in between show as a gap
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -22,6 +23,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from lockstep.errors import ConfigError
+from lockstep.producer.checks import check_stream_ids
 from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, Token, VideoToken
 
 FrameFormat = Literal["gray8", "rgb24", "jpeg", "png"]
@@ -188,3 +191,60 @@ class _FrameEncoder:
         frame.pts, frame.time_base = self._pts, self._codec.time_base
         self._pts += 1  # the encoder wants increasing timestamps
         return bytes(self._codec.encode(frame)[0])
+
+
+_CHANNELS = {"gray8": 1, "rgb24": 3}
+
+
+#: Room in a record for everything but the frame's bytes.
+_RECORD_OVERHEAD = 4096
+
+
+def synthetic_ids(stream_ids: Sequence[str], streams: int, prefix: str) -> list[str]:
+    """The stream ids: ``--stream`` (one per stream, or one numbered), else PREFIXcam<i>.
+
+    Raises:
+        ConfigError: The ids do not fit the streams, repeat, or break the wire contract.
+    """
+    if not stream_ids:
+        ids = [f"{prefix}cam{i}" for i in range(streams)]
+    elif len(stream_ids) == 1 and streams > 1:
+        ids = [f"{stream_ids[0]}-{i}" for i in range(streams)]
+    elif streams in (1, len(stream_ids)):
+        ids = list(stream_ids)
+    else:
+        raise ConfigError(f"{len(stream_ids)} stream ids for {streams} streams: give one id "
+                          "(numbered ID-0, ID-1...) or one per stream")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"stream ids must differ: {ids}")
+    check_stream_ids(ids)
+    return ids
+
+
+def synthetic_config(*, fps: float | None, width: int | None, height: int | None,
+                     video_format: FrameFormat, jpeg_quality: int, chunk_ms: float,
+                     video: bool, audio: bool, max_record_bytes: int) -> SyntheticConfig:
+    """The streams' rates, frame size and encoding from the ``publish`` options.
+
+    One of ``width`` and ``height`` alone keeps the default 4:3 aspect ratio.
+
+    Raises:
+        ConfigError: A raw frame of that size does not fit in a record.
+    """
+    default = SyntheticConfig()
+    if width and not height:
+        height = max(2, round(width * default.height / default.width))
+    elif height and not width:
+        width = max(2, round(height * default.width / default.height))
+    w, h = width or default.width, height or default.height
+    channels = _CHANNELS.get(video_format)
+    if video and channels and w * h * channels > max_record_bytes - _RECORD_OVERHEAD:
+        raise ConfigError(f"a {w}x{h} {video_format} frame is {w * h * channels:,} bytes, "
+                          f"more than a record holds ({max_record_bytes:,} bytes, "
+                          "kafka.max_record_bytes): use --format jpeg or a smaller size")
+    withheld = frozenset(m for m, on in ((Modality.VIDEO, video), (Modality.AUDIO, audio))
+                         if not on)
+    return SyntheticConfig(fps=fps or default.fps, width=w, height=h, video_format=video_format,
+                           jpeg_quality=jpeg_quality, audio_chunk_ms=chunk_ms,
+                           withheld=withheld)
+

@@ -25,7 +25,8 @@ from lockstep.agents.runner import prepare_topics
 from lockstep.config.settings import Settings, load_settings
 from lockstep.observe.ledger import Ledger
 from lockstep.observe.observer import Observer
-from lockstep.producer.publisher import PublishReport, publish_synthetic
+from lockstep.producer.delivery import PublishReport
+from lockstep.producer.realtime import publish_synthetic
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from tests.integration.procs import lockstep_run

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lockstep.agents.runner import prepare_topics
-from lockstep.cli.demo_run import publish_elsewhere
+from lockstep.cli.demo import publish_elsewhere
 from lockstep.config.settings import load_settings
 from lockstep.telemetry.metrics import Telemetry
 

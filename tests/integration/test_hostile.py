@@ -16,7 +16,7 @@ from lockstep.agents.runner import RoleSet, prepare_topics, start_roles
 from lockstep.chaos.hostile import Hostile, hostile_records
 from lockstep.config.settings import Settings, load_settings
 from lockstep.observe.observer import Observer, drain
-from lockstep.producer.publisher import publish_synthetic
+from lockstep.producer.realtime import publish_synthetic
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode

@@ -28,7 +28,7 @@ from lockstep.kafka.lag import lag_by_topic, partition_lags
 from lockstep.kafka.lagexport import LagExporter
 from lockstep.observe.metrics import fetch, parse, summarize
 from lockstep.observe.observer import Observer, drain
-from lockstep.producer.publisher import publish_synthetic
+from lockstep.producer.realtime import publish_synthetic
 from lockstep.telemetry.metrics import Telemetry
 from tests.integration.slowengine import SlowEngine, until, use_slow_engine
 

@@ -17,7 +17,7 @@ from lockstep.agents.app import ROLES
 from lockstep.agents.runner import prepare_topics, start_roles
 from lockstep.config.settings import Settings, load_settings
 from lockstep.observe.observer import Observer, drain
-from lockstep.producer.publisher import publish_synthetic
+from lockstep.producer.realtime import publish_synthetic
 from lockstep.producer.synthetic import SyntheticConfig
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog

@@ -23,7 +23,8 @@ from lockstep.config.settings import KafkaSettings
 from lockstep.kafka.admin import admin_client, ensure_topics
 from lockstep.kafka.logfilter import CLIENT_LOGGERS, route_client_logs
 from lockstep.media.patternclip import GroundTruth, SynthSpec, write_media
-from lockstep.producer.publisher import Publisher, publish_synthetic
+from lockstep.producer.publisher import Publisher
+from lockstep.producer.realtime import publish_synthetic
 from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog

@@ -9,7 +9,6 @@ import pytest
 from prometheus_client import generate_latest
 
 from lockstep.agents.children import parse_stat
-from lockstep.bench.markdown import Section, as_markdown, render_markdown
 from lockstep.bench.pipeline.demo_shape import marginal_cpu_ms
 from lockstep.bench.pipeline.metrics import degraded, diff, figures
 from lockstep.bench.pipeline.passthrough import sustained_rate
@@ -26,6 +25,7 @@ from lockstep.bench.pipeline.ramp import (
 from lockstep.bench.pipeline.steps import split
 from lockstep.bench.pipeline.table import render_pipeline
 from lockstep.bench.stats import spread_json
+from lockstep.bench.suite import Section, as_markdown, render_markdown
 from lockstep.config.settings import SloSettings
 from lockstep.observe.metrics import parse
 from lockstep.telemetry.metrics import Telemetry

@@ -21,8 +21,7 @@ from aiokafka.errors import (
 from lockstep.config.settings import KafkaSettings
 from lockstep.kafka.retry import OutageLog
 from lockstep.kafka.sender import Outgoing, RetryingSender
-from lockstep.producer.delivery import DeliveryStats, delivery_line
-from lockstep.producer.publisher import PublishReport
+from lockstep.producer.delivery import DeliveryStats, PublishReport, delivery_line
 from lockstep.topics.keys import TokenKey
 from lockstep.topics.schemas import Modality
 

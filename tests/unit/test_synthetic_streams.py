@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.cli.publish_synthetic import synthetic_config, synthetic_ids
 from lockstep.config.settings import AlignSettings
 from lockstep.errors import ConfigError
-from lockstep.producer.synthetic import SyntheticConfig, SyntheticStream
+from lockstep.producer.synthetic import (
+    SyntheticConfig,
+    SyntheticStream,
+    synthetic_config,
+    synthetic_ids,
+)
 from lockstep.streams.align.aligner import Aligner
 from lockstep.topics.codec import decode, encode
 from lockstep.topics.payloads import check_encoded, decode_encoded, pixels
@@ -142,7 +146,7 @@ def test_tokens_per_second_counts_what_a_stream_publishes() -> None:
 
 
 def test_the_demo_warns_before_it_fills_the_embedded_broker_past_its_slowdown() -> None:
-    from lockstep.cli.demo_run import embedded_broker_note
+    from lockstep.cli.demo import embedded_broker_note
     from lockstep.kafka.embedded import SLOW_AFTER_RECORDS
 
     assert embedded_broker_note(30, 10) is None  # 39,600 tokens

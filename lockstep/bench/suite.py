@@ -9,10 +9,15 @@ machine it ran on.
 from __future__ import annotations
 
 import datetime
+import json
 import shlex
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from lockstep.agents.children import lockstep_argv
+from lockstep.errors import BenchFailed
 
 
 @dataclass(frozen=True)
@@ -68,3 +73,35 @@ def render_markdown(sections: list[Section], command: str,
 def command_line(argv: list[str]) -> str:
     """A command as a reader would type it."""
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def plan(quick: bool, bootstrap: str | None, soak: float) -> list[tuple[str, list[str]]]:
+    """(title, arguments after ``lockstep bench``) of every bench, in order."""
+    kafka = ["--bootstrap", bootstrap] if bootstrap else []
+    step = ["--step-seconds", "10"] if quick else []
+    pipeline = ["pipeline", *kafka, *step, "--overload"]
+    if quick:
+        pipeline += ["--raw-records", "20000", "--warmup-seconds", "5"]
+    if soak:
+        pipeline += ["--soak", f"{soak:g}"]
+    return [
+        ("bench align", ["align", *(["--seconds", "5"] if quick else [])]),
+        ("bench batching", ["batching", *(["--seconds", "5"] if quick else [])]),
+        ("bench pipeline", pipeline),
+        ("bench pipeline --shape demo", ["pipeline", "--shape", "demo", *kafka, *step]),
+    ]
+
+
+def run_one(args: list[str]) -> dict[str, Any]:
+    """Run ``lockstep bench ARGS --json`` in a process of its own; its report.
+
+    Raises:
+        BenchFailed: The bench exited with an error.
+    """
+    argv = [*lockstep_argv(), "bench", *args, "--json"]
+    # stderr passes through: warnings and progress reach the person waiting.
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=None, text=True, check=False)
+    if done.returncode != 0:
+        raise BenchFailed(f"lockstep bench {' '.join(args)} exited with {done.returncode}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report

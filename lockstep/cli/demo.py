@@ -1,5 +1,7 @@
 """``lockstep demo``: every role in one process, synthetic streams, an SLA report.
 
+The command (:func:`demo`) and the run it drives (:func:`run_demo`).
+
 Starts the embedded broker unless a bootstrap server is given, creates the topics, runs
 align, route and worker, publishes synthetic streams in real time, then waits until every
 published token is accounted for (a window, a late record or a dead letter) and every
@@ -11,9 +13,11 @@ from __future__ import annotations
 
 import array
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import secrets
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -22,20 +26,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 from prometheus_client import generate_latest
 
-from lockstep.agents.app import ROLES, install_uvloop
+from lockstep.agents.app import ROLES, install_uvloop, run_async
 from lockstep.agents.memory import freeze_startup_heap
 from lockstep.agents.runner import prepare_topics, routed_pools, start_roles
+from lockstep.cli.base import bootstrap_option, check_cluster, kafka_overrides, settings_for
 from lockstep.config.settings import KafkaSettings, Settings
 from lockstep.errors import BrokerError
 from lockstep.kafka.embedded import SLOW_AFTER_RECORDS, EmbeddedBroker
+from lockstep.kafka.logfilter import summarised_warnings
 from lockstep.observe.htmlreport import RunDetail, write_report
 from lockstep.observe.ledger import Ledger
 from lockstep.observe.timeseries import TimedScrape
 from lockstep.observe.verdict import MachineLoad, sla_verdict
 from lockstep.observe.watch import WatchProcess
-from lockstep.producer.publisher import PublishReport, publish_synthetic
+from lockstep.producer.delivery import PublishReport
+from lockstep.producer.realtime import publish_synthetic
 from lockstep.producer.synthetic import SyntheticConfig
 from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics.schemas import Modality
@@ -326,3 +334,74 @@ def _verdict(settings: Settings, telemetry: Telemetry, ledger: Ledger,
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+@click.command()
+@bootstrap_option
+@click.option("--streams", default=2, show_default=True, type=click.IntRange(1, 64),
+              help="Synthetic streams to publish.")
+@click.option("--seconds", default=5.0, show_default=True, type=click.FloatRange(0.5, 3600),
+              help="How long to publish.")
+@click.option("--inject-bad", default=0, show_default=True, type=click.IntRange(0, 1000),
+              help="Also publish this many undecodable records (they must be dead-lettered).")
+@click.option("--drain", default=20.0, show_default=True, type=click.FloatRange(1, 600),
+              help="Seconds to wait for the last windows and responses.")
+@click.option("--metrics-port", default=0, show_default=True, type=click.IntRange(0, 65535),
+              help="Port for /metrics while the demo runs (0: any free port).")
+@click.option("--scenario", default="normal", show_default=True,
+              type=click.Choice(["normal", "partial"]),
+              help="partial: the first stream withholds its video, the second speaks a "
+                   "confident request (ASR 0.97), the rest are normal.")
+@click.option("--engine", default=None,
+              type=click.Choice(["reference", "cpu", "auto", "openai", "trtllm"]),
+              help="Worker engine. Default: reference (deterministic, describes what the "
+                   "window holds) unless LOCKSTEP_WORKER__ENGINE or --config names one; cpu "
+                   "runs Qwen2.5-VL (docs/engines.md).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--report", "html_report", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the HTML SLA report (lockstep report) to this file.")
+@click.option("--require-slo", is_flag=True,
+              help="Exit 1 when the SLA was not met (slo.objective of windows answered "
+                   "within budget), not only when the ledger did not close.")
+@click.pass_context
+def demo(ctx: click.Context, bootstrap: str | None, streams: int, seconds: float,
+         inject_bad: int, drain: float, metrics_port: int, scenario: str,
+         engine: str | None, as_json: bool, html_report: Path | None,
+         require_slo: bool) -> None:
+    """Run every role in one process on synthetic streams and print the SLA report.
+
+    Without --bootstrap it starts the embedded broker: an exported
+    LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS is not used, so the demo never publishes into a
+    cluster it was not pointed at. Exits 0 when every published token is accounted for
+    (window, late or dead letter) and every window has a response; 1 otherwise (and,
+    with --require-slo, when the SLA was not met). The last line says whether the SLA was
+    met and, if not, why.
+    """
+    from lockstep.cli.output import render_demo
+
+    settings = settings_for(ctx, kafka=kafka_overrides(bootstrap), metrics={"port": metrics_port})
+    if bootstrap is not None:
+        check_cluster(settings)
+    if bootstrap is None and settings.kafka.bootstrap_servers:
+        click.echo(f"ignoring LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS="
+                   f"{settings.kafka.bootstrap_servers}: the demo runs on the embedded broker "
+                   f"unless --bootstrap is given", err=True)
+        settings = settings.model_copy(update={"kafka": settings.kafka.model_copy(
+            update={"bootstrap_servers": None})})
+    if engine is None and "engine" not in settings.worker.model_fields_set:
+        engine = "reference"
+    if engine is not None:
+        settings = settings.model_copy(
+            update={"worker": settings.worker.model_copy(update={"engine": engine})})
+    options = DemoOptions(streams=streams, seconds=seconds, inject_bad=inject_bad,
+                          drain_s=drain, scenario=scenario, html_report=html_report,
+                          progress=lambda step: click.echo(f"demo: {step}…", err=True))
+    with summarised_warnings(ctx.obj.get("log_level", "warning")) as warnings:
+        report = run_async(run_demo(settings, options))
+    click.echo(json.dumps(report, indent=2) if as_json else render_demo(report))
+    if warnings.summary():
+        click.echo(warnings.summary(), err=True)
+    if html_report is not None:
+        click.echo(f"report written to {html_report}", err=True)
+    sla_met = report["verdict"]["sla_met"]
+    sys.exit(0 if report["ok"] and (sla_met or not require_slo) else 1)
