@@ -3,7 +3,7 @@
 Each :class:`Scenario` names the role processes of the pipeline (``lockstep run``, one
 role per process), the brokers (one Apache Kafka node, or a three-node KRaft cluster),
 and one fault, struck ``fault_at_s`` into ``seconds`` of synthetic publishing.
-:data:`SCENARIOS` is the list ``lockstep chaos`` runs; :mod:`lockstep.chaos.run` runs one.
+:data:`SCENARIOS` is the list ``lockstep chaos`` runs; :mod:`lockstep.chaos.trial` runs one.
 """
 
 from __future__ import annotations

@@ -195,8 +195,8 @@ def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step
     interleaved) with the ratio. See docs/bench.md.
     """
     from lockstep.agents.app import run_async
+    from lockstep.bench.pipeline.course import PipelineOptions, run_pipeline_bench
     from lockstep.bench.pipeline.demo_shape import run_demo_shape
-    from lockstep.bench.pipeline.run import PipelineOptions, run_pipeline_bench
     from lockstep.bench.pipeline.table import render_pipeline
 
     settings = settings_for(ctx, kafka=kafka_overrides(bootstrap))

@@ -112,8 +112,8 @@ def chaos(scenario_names: tuple[str, ...], seconds: float | None, streams: int,
     from the topics. Exits 1 when any scenario misses the acceptance: a token lost, a key
     with two windows, a window unanswered, a role crash, a slow recovery.
     """
-    from lockstep.chaos.run import ChaosOptions, run_scenario
     from lockstep.chaos.scenarios import SCENARIOS, select
+    from lockstep.chaos.trial import ChaosOptions, run_scenario
     from lockstep.kafka.apache import DEFAULT_POM
     from lockstep.kafka.apache.node import NodeOptions, Runtime
 

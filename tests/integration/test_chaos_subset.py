@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.chaos.run import ChaosOptions, run_scenario
 from lockstep.chaos.scenarios import Processes, select
+from lockstep.chaos.trial import ChaosOptions, run_scenario
 from lockstep.cli.chaos import verdict
 
 pytestmark = pytest.mark.integration

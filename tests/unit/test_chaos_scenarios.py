@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from lockstep.agents.children import rss_bytes
-from lockstep.chaos.run import ChaosOptions, expected_members, live_stream_ids, role_env
 from lockstep.chaos.scenarios import (
     SCENARIOS,
     BrokerDown,
@@ -19,6 +18,7 @@ from lockstep.chaos.scenarios import (
     Scenario,
     select,
 )
+from lockstep.chaos.trial import ChaosOptions, expected_members, live_stream_ids, role_env
 from lockstep.config.settings import load_settings
 from lockstep.errors import ConfigError
 from lockstep.kafka.apache.config import NodeAddress, server_properties

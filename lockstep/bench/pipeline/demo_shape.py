@@ -23,7 +23,7 @@ import numpy as np
 from lockstep.agents.children import Child, lockstep_argv
 from lockstep.bench.machine import MachineWatch
 from lockstep.bench.pipeline import ramp
-from lockstep.bench.pipeline.run import PipelineOptions
+from lockstep.bench.pipeline.course import PipelineOptions
 
 log = logging.getLogger(__name__)
 
