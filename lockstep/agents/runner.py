@@ -20,7 +20,7 @@ from lockstep.errors import BrokerError, ConfigError
 from lockstep.kafka.admin import admin_client, ensure_topics, verify_topics
 from lockstep.kafka.clients import producer
 from lockstep.kafka.consumer import RoleConsumer
-from lockstep.kafka.lagexport import LagExporter
+from lockstep.kafka.lag import LagExporter
 from lockstep.kafka.outbox import Outbox
 from lockstep.kafka.wait import wait_for_broker
 from lockstep.telemetry.metrics import Telemetry

@@ -1,4 +1,4 @@
-"""Seeded fault injection over synthetic media, with the ground truth kept (the ``chaos`` stage).
+"""Faulty synthetic feeds with their ground truth kept: what ``lockstep bench align`` scores.
 
 Pure: :func:`generate` takes a :class:`FaultSpec`, a size and a seed and returns the same
 :class:`ChaosFeed` every time. The feed is what an aligner sees — ``(arrival_us, token)``

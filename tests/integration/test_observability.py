@@ -24,8 +24,7 @@ from lockstep.agents.runner import RoleSet, prepare_topics, start_roles
 from lockstep.agents.slo import SloListener
 from lockstep.config.settings import Settings, load_settings
 from lockstep.kafka.admin import admin_client
-from lockstep.kafka.lag import lag_by_topic, partition_lags
-from lockstep.kafka.lagexport import LagExporter
+from lockstep.kafka.lag import LagExporter, lag_by_topic, partition_lags
 from lockstep.observe.metrics import fetch, parse, summarize
 from lockstep.observe.observer import Observer, drain
 from lockstep.producer.realtime import publish_synthetic
