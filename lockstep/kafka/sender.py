@@ -3,7 +3,7 @@
 :class:`RetryingSender` wraps an aiokafka producer: a send that fails with a retriable
 error (broker restart, leader change, timeout) is sent again with backoff until its
 delivery timeout; every record (:class:`Outgoing`) ends in exactly one ``on_ack`` or
-``on_fail`` call. The outage it meets is told to an :class:`~lockstep.producer.delivery.OutageLog`.
+``on_fail`` call. The outage it meets is told to an :class:`~lockstep.kafka.retry.OutageLog`.
 
 A re-sent record lands after records sent later (at-least-once, not in order): the
 aligner places tokens by capture time, and what arrives past a window's deadline is late.
