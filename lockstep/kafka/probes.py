@@ -84,7 +84,8 @@ class HopProbe:
         sent = 0
         stop, drained = asyncio.Event(), asyncio.Event()
         want = -1  # how many were sent, once sending is over
-        since_ms = time.time() * 1000
+        # Record timestamps are whole milliseconds: compare on the same scale.
+        since_ms = int(time.time() * 1000)
 
         async def read() -> None:
             while not stop.is_set():

