@@ -136,6 +136,7 @@ class Child:
             self.kills += 1
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=_REAP_S)
+        self._close()
         return proc.poll()
 
     def signal_stop(self) -> None:

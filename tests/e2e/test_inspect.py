@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -70,21 +71,15 @@ def test_inspect_windows_reports_members_and_what_is_missing(
     assert all(" ms [" in line for line in lines)
 
 
-def test_inspect_fails_in_one_line_when_the_cluster_is_unreachable() -> None:
-    result = _cli("inspect", "late", "--bootstrap", "127.0.0.1:1", timeout=60)
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith("lockstep: error: cannot reach "
-                                                              "Kafka at 127.0.0.1:1")
-    assert "Traceback" not in result.stderr
-
-
-@pytest.mark.parametrize("command", [["topics", "describe"], ["topics", "create"],
-                                     ["subscribe", "--max", "1"],
-                                     ["publish", "--synthetic", "--seconds", "1"]])
-def test_a_command_fails_in_one_line_naming_an_unreachable_bootstrap(
-        command: list[str]) -> None:
-    result = _cli(*command, "--bootstrap", "127.0.0.1:1", timeout=60)
-    assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("lockstep: error: cannot reach Kafka at "
-                                                   "127.0.0.1:1"), result.stderr[-2000:]
+def test_every_command_fails_in_one_line_naming_an_unreachable_bootstrap() -> None:
+    # Each waits out its 10-s connect timeout: the commands run side by side.
+    commands = [["inspect", "late"], ["topics", "describe"], ["topics", "create"],
+                ["subscribe", "--max", "1"], ["publish", "--synthetic", "--seconds", "1"]]
+    with ThreadPoolExecutor(len(commands)) as pool:
+        results = list(pool.map(
+            lambda command: _cli(*command, "--bootstrap", "127.0.0.1:1", timeout=60), commands))
+    for command, result in zip(commands, results, strict=True):
+        assert result.returncode == 1, (command, result.stderr[-2000:])
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            "lockstep: error: cannot reach Kafka at 127.0.0.1:1"), (command, result.stderr[-2000:])

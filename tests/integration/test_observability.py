@@ -76,6 +76,7 @@ async def _running(bootstrap: str, monkeypatch: pytest.MonkeyPatch, delay_s: flo
         await observer.stop()
 
 
+@pytest.mark.timing
 async def test_a_running_role_serves_the_design_metrics_with_an_injected_delay_in_infer(
         tansu: str, monkeypatch: pytest.MonkeyPatch) -> None:
     delay_ms = 40.0
@@ -108,6 +109,7 @@ async def test_a_running_role_serves_the_design_metrics_with_an_injected_delay_i
     assert windows + late == len(published.keys)
 
 
+@pytest.mark.timing
 async def test_engine_delay_raises_a_breach_degrades_the_class_and_it_then_recovers(
         tansu: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A hold of 1 s that does not grow: on a loaded machine the infer stage can breach again

@@ -115,6 +115,7 @@ def _publish(clip: CaptionedClip, sid: str, bootstrap: str, *extra: str) -> dict
     return report
 
 
+@pytest.mark.timing
 async def test_captions_and_commands_reach_their_windows_and_frames_keep_their_latency(
         apache_kafka: str, clip: CaptionedClip, tmp_path: Path) -> None:
     settings = _settings(apache_kafka)

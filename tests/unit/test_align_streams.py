@@ -23,13 +23,14 @@ def _ledger(out: AlignOutput) -> Counter[TokenKey]:
     return settled
 
 
-def test_fifty_thousand_streams_keep_the_state_bounded_and_settle_every_token() -> None:
-    settings = AlignSettings(max_streams=2_000, max_evicted_streams=10_000,
-                             stream_ttl_ms=30_000)
+def test_a_flood_of_streams_keeps_the_state_bounded_and_settles_every_token() -> None:
+    # 25 times the live bound and 5 times the memory of evicted streams (1/10 of the
+    # 50,000 streams this ran with: the same bounds crossed, the same behaviour)
+    settings = AlignSettings(max_streams=200, max_evicted_streams=1_000, stream_ttl_ms=30_000)
     al, out, fed = Aligner(settings, "cabin"), AlignOutput(), Counter[TokenKey]()
     frame, chunk = video(), audio()
     peak = 0
-    for i in range(50_000):
+    for i in range(5_000):
         sid, now = f"cam-{i}", T0 + i * 100
         tokens: list[Token] = [frame.model_copy(update={"stream_id": sid, "t_us": now}),
                                chunk.model_copy(update={"stream_id": sid, "t_us": now})]
@@ -40,7 +41,7 @@ def test_fifty_thousand_streams_keep_the_state_bounded_and_settle_every_token() 
             out.extend(al.poll(now + 21_000))
         peak = max(peak, al.stream_count)
     assert peak == settings.max_streams
-    out.extend(al.poll(T0 + 50_000 * 100 + 31_000_000))  # past the TTL: every stream idle
+    out.extend(al.poll(T0 + 5_000 * 100 + 31_000_000))  # past the TTL: every stream idle
     assert al.stream_count == 0 and al.streams() == {}
     assert al.evicted_count == settings.max_evicted_streams
     assert _ledger(out) == fed  # every token once: evicted streams emitted theirs first
