@@ -52,15 +52,21 @@ def test_demo_without_arguments_runs_on_the_embedded_broker_and_prints_the_summa
     assert "SLO cabin" in out
 
 
-def test_demo_json_accounts_for_every_token_on_the_embedded_broker() -> None:
-    # An exported cluster address is not where the demo publishes: only --bootstrap is.
-    result = _cli("demo", "--json", "--streams", "3", "--seconds", "3", "--inject-bad", "2",
-                  env={"LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+def test_demo_json_accounts_for_every_token_and_reports_the_partial_routes() -> None:
+    # On the embedded broker: an exported cluster address is not where the demo publishes,
+    # only --bootstrap is.
+    result = _cli("demo", "--json", "--scenario", "partial", "--streams", "3", "--seconds", "3",
+                  "--inject-bad", "2", env={"LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ignoring LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS=127.0.0.1:1" in result.stderr
     report = json.loads(result.stdout)
-    assert report["broker"] == "embedded tansu"
+    assert report["broker"] == "embedded tansu" and report["scenario"] == "partial"
     _check_demo_report(report, streams=3, bad=2)
+    reasons = report["reasons"]
+    assert reasons["text_only:video_missing"] > 0
+    assert reasons["early_exit:asr_confident_intent"] > 0
+    assert reasons["full:all_trusted"] > 0
+    assert sum(report["routes"].values()) == report["responses"]
 
 
 def test_demo_json_accounts_for_every_token_on_apache_kafka(apache_kafka: str) -> None:
@@ -134,16 +140,3 @@ def test_module_entry_point_prints_help() -> None:
     result = subprocess.run([sys.executable, "-m", "lockstep", "--help"], capture_output=True,
                             text=True, check=False, timeout=60)
     assert result.returncode == 0 and "demo" in result.stdout and "run" in result.stdout
-
-
-def test_demo_partial_scenario_reports_routes_and_reasons() -> None:
-    result = _cli("demo", "--json", "--scenario", "partial", "--streams", "3", "--seconds", "3")
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
-    assert report["scenario"] == "partial"
-    _check_demo_report(report, streams=3, bad=0)
-    reasons = report["reasons"]
-    assert reasons["text_only:video_missing"] > 0
-    assert reasons["early_exit:asr_confident_intent"] > 0
-    assert reasons["full:all_trusted"] > 0
-    assert sum(report["routes"].values()) == report["responses"]

@@ -10,6 +10,7 @@ an installed wheel there is no pom: give the jars as a classpath (``lockstep cha
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -159,13 +160,26 @@ def resolve_classpath(
         found = cached.read_text(encoding="utf-8").strip()
         if _classpath_is_usable(found):
             return found
+    cache.mkdir(parents=True, exist_ok=True)
+    # One resolution at a time: Maven's local repository is not safe for two downloads of
+    # the same jar (parallel test workers, two chaos runs on a fresh machine).
+    with (cache / f"classpath-{key}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):
+            found = cached.read_text(encoding="utf-8").strip()
+            if _classpath_is_usable(found):
+                return found  # resolved by whoever held the lock before
+        return _resolve(pom, cached, mvn, timeout)
 
+
+def _resolve(pom: Path, cached: Path, mvn: str | None, timeout: float) -> str:
+    """Resolve the classpath with Maven (offline, then online) into ``cached``."""
+    cache = cached.parent
     mvn_exe = shutil.which(mvn or "mvn")
     if mvn_exe is None:
         msg = (f"mvn executable not found: install Apache Maven (needed once to fetch the "
                f"Kafka jars into ~/.m2), or {CLASSPATH_HINT}")
         raise KafkaBrokerError(msg)
-    cache.mkdir(parents=True, exist_ok=True)
     failures: list[str] = []
     for offline in (True, False):
         fd, tmp_name = tempfile.mkstemp(prefix=cached.name, dir=cache)
