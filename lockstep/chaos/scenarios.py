@@ -83,8 +83,10 @@ class Scenario:
         fault: What strikes.
         processes: The role processes (separate ``lockstep run`` processes).
         brokers: 1 (a single node) or 3 (a KRaft cluster, replication 3, min.insync 2).
-        seconds: How long the live streams publish.
+        seconds: How long the live streams publish, at least.
         fault_at_s: When the fault strikes, after publishing began.
+        after_s: The live streams go on this long after the fault has passed, at least (a
+            broker that takes long to come back still leaves time to see the recovery).
         settings: Extra ``LOCKSTEP_*`` settings of the role processes.
     """
 
@@ -95,6 +97,7 @@ class Scenario:
     brokers: int = 1
     seconds: float = 35.0
     fault_at_s: float = 10.0
+    after_s: float = 8.0
     settings: Mapping[str, str] = field(default_factory=dict)
 
     def scaled(self, seconds: float | None) -> Scenario:

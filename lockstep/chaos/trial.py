@@ -176,11 +176,20 @@ async def _run(scenario: Scenario, options: ChaosOptions, brokers: Brokers,
         async with running(pipeline):
             await wait_joined(settings, expected_members(settings, scenario), options.startup_s)
             started_us = time.time_ns() // 1000
-            publishing = asyncio.create_task(publish_synthetic(
-                settings.kafka, live, scenario.seconds, Telemetry()))
             striking = asyncio.create_task(strike(
                 scenario, settings, brokers, pipeline, live, started_us,
                 prefix=f"chaos-{run_id}-flood-"))
+
+            def hold() -> float | None:
+                """Publish on until ``after_s`` past the end of the fault."""
+                if not striking.done():
+                    return None
+                if striking.cancelled() or striking.exception() is not None:
+                    return 0.0
+                return striking.result().done_at + scenario.after_s
+
+            publishing = asyncio.create_task(publish_synthetic(
+                settings.kafka, live, scenario.seconds, Telemetry(), hold=hold))
             try:
                 published = await publishing
                 done = await striking

@@ -141,7 +141,8 @@ def publish(ctx: click.Context, /, bootstrap: str | None, sources: tuple[str, ..
             max_record_bytes=settings.kafka.max_record_bytes)
     elif _given(ctx, "prefix"):
         raise ConfigError("--prefix names --synthetic streams: give --stream ID")
-    check_cluster(settings)
+    # A broker down at start is waited for as long as a delivery is (--delivery-timeout).
+    check_cluster(settings, timeout_s=delivery_timeout)
     route_client_logs()
     if synthetic:
         publish_synthetic_command(settings, ids, seconds or 10.0, config,

@@ -35,6 +35,10 @@ BAD_RECORDS: tuple[bytes, ...] = (
 )
 
 
+#: How far ahead of the clock a held run's end is kept while its hold says "go on": longer
+#: than a modality's period, so that no token is marked final before the run is extended.
+_HOLD_AHEAD_S = 2.0
+
 async def publish_synthetic(
     kafka: KafkaSettings,
     stream_ids: Sequence[str],
@@ -50,6 +54,7 @@ async def publish_synthetic(
     epoch_us: int | None = None,
     on_tick: Callable[[PublishReport, float], None] | None = None,
     tick_every_s: float = 0.5,
+    hold: Callable[[], float | None] | None = None,
 ) -> PublishReport:
     """Publish synthetic streams for ``seconds`` of wall time, paced by capture time.
 
@@ -76,6 +81,10 @@ async def publish_synthetic(
         on_tick: Called with the report and the seconds elapsed every ``tick_every_s``
             while publishing, and once at the end (progress).
         tick_every_s: Interval of ``on_tick``.
+        hold: Asked every tick how long publishing must go on: until the monotonic time it
+            returns at least, and as long as it returns None (``lockstep chaos``: until
+            some time after its fault has passed, however long the fault took). The run
+            is never shorter than ``seconds``.
 
     Raises:
         BrokerError: No broker answered within ``delivery_timeout_s`` (nothing was sent).
@@ -94,6 +103,18 @@ async def publish_synthetic(
     bad_every = seconds / (inject_bad + 1) if inject_bad else 0.0
     bad_sent = 0
     begin = ticked = time.monotonic()
+    length = seconds
+
+    def extend(elapsed: float) -> None:
+        """Push the end out to what ``hold`` asks, :data:`_HOLD_AHEAD_S` ahead of it."""
+        nonlocal length, end_us
+        until = hold() if hold is not None else begin
+        wanted = elapsed + _HOLD_AHEAD_S if until is None else until - begin
+        if wanted > length:
+            length = wanted
+            end_us = start_us + round(length * 1e6)
+            for source in sources:  # no token is marked final before the new end
+                source.until_us = end_us
 
     async def send_due(now_us: int) -> None:
         for source in sources:
@@ -109,7 +130,12 @@ async def publish_synthetic(
                                            key, captured))
 
     try:
-        while (elapsed := time.monotonic() - begin) < seconds:
+        while True:
+            elapsed = time.monotonic() - begin
+            if hold is not None:
+                extend(elapsed)
+            if elapsed >= length:
+                break
             await send_due(time.time_ns() // 1000)
             if inject_bad and bad_sent < inject_bad and elapsed >= bad_every * (bad_sent + 1):
                 topic = list(catalog.MEDIA.values())[bad_sent % len(catalog.MEDIA)]

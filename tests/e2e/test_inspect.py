@@ -74,7 +74,8 @@ def test_inspect_windows_reports_members_and_what_is_missing(
 def test_every_command_fails_in_one_line_naming_an_unreachable_bootstrap() -> None:
     # Each waits out its 10-s connect timeout: the commands run side by side.
     commands = [["inspect", "late"], ["topics", "describe"], ["topics", "create"],
-                ["subscribe", "--max", "1"], ["publish", "--synthetic", "--seconds", "1"]]
+                ["subscribe", "--max", "1"],
+                ["publish", "--synthetic", "--seconds", "1", "--delivery-timeout", "10"]]
     with ThreadPoolExecutor(len(commands)) as pool:
         results = list(pool.map(
             lambda command: _cli(*command, "--bootstrap", "127.0.0.1:1", timeout=60), commands))

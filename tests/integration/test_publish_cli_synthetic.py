@@ -12,10 +12,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from lockstep.agents.runner import prepare_topics
 from lockstep.config.settings import Settings, load_settings
+from lockstep.producer.realtime import publish_synthetic
+from lockstep.telemetry.metrics import Telemetry
 from lockstep.topics import catalog
 from lockstep.topics.codec import decode
 from lockstep.topics.payloads import check_encoded, pixels
-from lockstep.topics.schemas import Modality, VideoToken
+from lockstep.topics.schemas import AudioToken, Modality, OcrToken, SensorToken, VideoToken
 from tests.clirun import lockstep as cli
 
 pytestmark = pytest.mark.integration
@@ -149,3 +151,28 @@ async def test_a_stream_id_the_wire_refuses_is_one_line_exit_2_and_nothing_is_se
                                       "to --synthetic")
     assert await _tokens(settings, {f"cab {tag}", f"cab-{tag}", f"my cams {tag} cam0"},
                          timeout_s=1.5) == []
+
+
+async def test_a_held_run_publishes_past_its_seconds_and_ends_each_modality_once(
+        apache_kafka: str) -> None:
+    settings = _settings(apache_kafka)
+    await prepare_topics(settings, create=True)
+    sid = f"held-{secrets.token_hex(3)}"
+    began = time.monotonic()
+
+    def hold() -> float | None:  # "go on" for 2 s, then until 1 s later
+        return None if time.monotonic() - began < 2.0 else began + 3.0
+
+    report = await publish_synthetic(settings.kafka, [sid], 1.0, Telemetry(), hold=hold)
+    assert report.ok and report.seconds >= 3.0, report.line()
+    tokens = await _tokens(settings, {sid})
+    by_modality: dict[str, list[int]] = {}
+    finals: dict[str, list[int]] = {}
+    for t in tokens:
+        assert isinstance(t, VideoToken | AudioToken | OcrToken | SensorToken)
+        by_modality.setdefault(t.modality.value, []).append(t.seq)
+        if t.final:
+            finals.setdefault(t.modality.value, []).append(t.seq)
+    # Captured over the whole held run, and each modality's last token alone says so.
+    assert len(by_modality["video"]) >= 2.9 * 30, len(by_modality["video"])
+    assert finals == {m: [max(seqs)] for m, seqs in by_modality.items()}, finals
