@@ -120,7 +120,11 @@ def test_routed_client_loggers_reach_the_root_handlers_quiet_and_rate_limited(
     assert names == [("aiokafka.producer.sender", logging.WARNING),
                      ("aiokafka", logging.ERROR)]
     assert limiter.suppressed_total == 998
-    assert [len(logging.getLogger(n).handlers) for n in CLIENT_LOGGERS] == [1, 1, 1]
+    # One handler of ours a logger, however often routed (pytest adds its capture handlers
+    # to loggers that do not propagate, depending on what ran before in this worker).
+    assert [len([h for h in logging.getLogger(n).handlers
+                 if not type(h).__module__.startswith("_pytest")])
+            for n in CLIENT_LOGGERS] == [1, 1, 1]
 
 
 def test_client_loggers_are_never_more_verbose_than_the_root_logger(
