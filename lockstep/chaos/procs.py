@@ -1,6 +1,6 @@
 """The pipeline as separate ``lockstep run`` processes: started, killed, restarted, reaped.
 
-Each :class:`RoleProcess` is one ``python -m lockstep run --roles ROLES`` (a
+Each :class:`RoleProcess` is one ``lockstep run --roles ROLES`` (a
 :class:`~lockstep.agents.children.Child`) with its own log file and Kafka client id
 (``chaos-<name>``, so a consumer group's members can be told apart). :class:`Pipeline`
 supervises them like an orchestrator would: a process that exits without having been
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockstep.agents.children import Child, without_settings
+from lockstep.agents.children import Child, lockstep_argv, without_settings
 from lockstep.chaos.scenarios import Processes
 
 log = logging.getLogger(__name__)
@@ -43,8 +42,11 @@ class RoleProcess(Child):
                  log_level: str = "warning") -> None:
         self.roles = roles
         self.client_id = f"chaos-{name}"
+        # The console script, not ``python -m lockstep``: -m puts the working directory
+        # first on the path, where a folder named lockstep (the default data dir under
+        # /tmp, say) would shadow the package.
         super().__init__(
-            name, [sys.executable, "-m", "lockstep", "--log-level", log_level, "run",
+            name, [*lockstep_argv(), "--log-level", log_level, "run",
                    "--roles", roles, "--metrics-port", "0"],
             without_settings({**env, "LOCKSTEP_KAFKA__CLIENT_ID": self.client_id}), log_path)
 
