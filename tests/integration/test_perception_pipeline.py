@@ -60,8 +60,11 @@ def _settings(bootstrap: str) -> Settings:
                          worker={"engine": "reference"}, app_id="lockstep-perception-test",
                          metrics={"enabled": False},
                          # The recogniser says when captions go (an empty text); the TTL
-                         # only bounds a reader that stopped.
-                         align={"ocr_ttl_ms": 5000.0},
+                         # only bounds a reader that stopped. Windows wait for their frame
+                         # however late a loaded machine delivers it: one closed without it
+                         # is cut to nothing when the frame comes, and a command heard
+                         # meanwhile lands in a window with no audio to exit on.
+                         align={"ocr_ttl_ms": 5000.0, "max_wait_ms": 2000.0},
                          # About where text lands, not how fast a shared machine is: no
                          # window is shed or sampled down (the latency is the ratio below).
                          slo={"classes": {"cabin": {"e2e_ms": 10_000.0, "fps": 30.0}}})
