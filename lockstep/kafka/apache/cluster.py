@@ -13,6 +13,7 @@ it is started again after a SIGTERM or SIGKILL::
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +36,8 @@ _SHUTDOWN_S = 5.0
 CLUSTER_JVM_OPTS: tuple[str, ...] = tuple(
     "-Xmx384m" if opt.startswith("-Xmx") else opt for opt in DEFAULT_JVM_OPTS)
 """Each node's JVM options: the single broker's, with a smaller heap ceiling."""
+
+log = logging.getLogger(__name__)
 
 
 def _addresses(size: int) -> list[NodeAddress]:
@@ -117,8 +120,14 @@ class KafkaCluster:
         """Stop every node and discard the data.
 
         All nodes get SIGTERM at once, and SIGKILL after a short wait: the last node up
-        would wait in vain for a quorum to shut down in order.
+        would wait in vain for a quorum to shut down in order. A node that exited on its
+        own before has the end of its log logged first, before its directory goes.
         """
+        for node in self.nodes:
+            status = node.exit_status
+            if status is not None:
+                log.warning("Kafka node %d had exited on its own (status %d):\n%s",
+                            node.address.node_id, status, node.log_tail())
         for node in self.nodes:
             with contextlib.suppress(OSError):
                 node.signal_stop()

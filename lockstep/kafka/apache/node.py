@@ -161,6 +161,12 @@ class KafkaNode:
         return process.pid if process is not None and process.poll() is None else None
 
     @property
+    def exit_status(self) -> int | None:
+        """The JVM's exit status if it exited without being stopped or killed, else None."""
+        process = self._process
+        return None if process is None else process.poll()
+
+    @property
     def is_running(self) -> bool:
         """Whether the JVM is alive (not necessarily ready)."""
         return self._process is not None and self._process.poll() is None
