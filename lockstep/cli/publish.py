@@ -49,7 +49,7 @@ from lockstep.topics.schemas import Modality
 
 #: ``publish`` options that only apply to media SOURCEs (their parameter names).
 MEDIA_ONLY = ("anchor", "sidecar_ocr", "sidecar_sensor", "asr", "asr_grammar", "ocr",
-              "ocr_every", "input_format", "compression", "idempotence")
+              "ocr_every", "perception_cpu", "input_format", "compression", "idempotence")
 
 
 @click.command()
@@ -93,6 +93,10 @@ MEDIA_ONLY = ("anchor", "sidecar_ocr", "sidecar_sensor", "asr", "asr_grammar", "
 @click.option("--ocr", is_flag=True, help="OCR on sampled frames (extra: ocr).")
 @click.option("--ocr-every", default=1.0, show_default=True, type=click.FloatRange(0.01),
               help="Seconds of media between OCR frames.")
+@click.option("--perception-cpu", type=click.Choice(["idle", "shared"]), default="idle",
+              show_default=True,
+              help="CPU for --ocr/--asr: idle takes only what the machine leaves (frames never "
+                   "wait; a busy host reads fewer frames), shared competes like the publisher.")
 @click.option("--input-format", default=None, metavar="FMT",
               help="FFmpeg input format for devices (v4l2, alsa, lavfi...).")
 @click.option("--compression", default="lz4", show_default=True,
@@ -179,8 +183,8 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
                   video_format: Any, jpeg_quality: int, chunk_ms: float, video: bool,
                   audio: bool, sidecar_ocr: Path | None, sidecar_sensor: Path | None,
                   asr: bool, asr_grammar: Path | None, ocr: bool, ocr_every: float,
-                  input_format: str | None, compression: Any, idempotence: bool,
-                  progress: bool | None, as_json: bool,
+                  perception_cpu: str, input_format: str | None, compression: Any,
+                  idempotence: bool, progress: bool | None, as_json: bool,
                   delivery_timeout: float = DELIVERY_TIMEOUT_S) -> dict[str, Any]:
     """Validate everything, publish every stream, print the summary; return it.
 
@@ -217,7 +221,8 @@ def publish_media(settings: Settings, sources: Sequence[str], stream_ids: Sequen
         raise ConfigError(f"--ocr-every must be positive, not {ocr_every}")
     # Real time: recognisers skip work to keep up; faster than that, they see everything.
     perception = PerceptionOptions(ocr=ocr, asr=asr, asr_grammar=asr_grammar,
-                                   ocr_every_s=ocr_every, lossless=not realtime)
+                                   ocr_every_s=ocr_every, lossless=not realtime,
+                                   background=perception_cpu == "idle")
 
     # capture → ack is a latency only when capture times are the wall clock, paced live
     telemetry = Telemetry() if realtime and anchor == "wall" else None

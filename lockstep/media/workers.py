@@ -53,6 +53,8 @@ _HEADER = struct.Struct("<I")
 _PIPE_BYTES = 1 << 20
 #: Room kept free in the pipe beyond a job (the kernel stores writes in pages).
 _SLACK = 8192
+#: How long a killed child may take to exit before it is left to the OS.
+_KILLED_WAIT_S = 30.0
 
 
 class Task(Protocol):
@@ -353,8 +355,15 @@ class Worker:
         try:
             process.wait(0.5)
         except subprocess.TimeoutExpired:
+            # Dying takes CPU too (unmapping the models): an idle-priority child on a busy
+            # host gets the normal priority back first, or it can take longer than any wait.
+            _foreground(process.pid)
             process.kill()
-            process.wait(5.0)
+            try:
+                process.wait(_KILLED_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("%s (pid %d) still exiting %.0f s after SIGKILL; left to the OS",
+                            self.name, process.pid, _KILLED_WAIT_S, extra={"stage": "publish"})
         self._process = None
         if self._receiver is None:  # else it closes them once the child's end is gone
             self._close_results()

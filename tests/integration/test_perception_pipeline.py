@@ -124,7 +124,7 @@ async def test_captions_and_commands_reach_their_windows_and_frames_keep_their_l
     settings = _settings(apache_kafka)
     await prepare_topics(settings, create=True)
     prefix = f"seen-{secrets.token_hex(3)}-"
-    seen_id = f"{prefix}perceived0"
+    seen_id = f"{prefix}read"
     grammar = tmp_path / "commands.gram"
     grammar.write_text(GRAMMAR)
     observer = Observer(settings.kafka, keep=lambda sid: sid.startswith(prefix))
@@ -143,6 +143,11 @@ async def test_captions_and_commands_reach_their_windows_and_frames_keep_their_l
                 _publish, clip, f"{prefix}plain{len(plain)}", apache_kafka))
             around = (plain[-2]["publish_p50_ms"] + plain[-1]["publish_p50_ms"]) / 2
             ratios.append(perceived[-1]["publish_p50_ms"] / around)
+        # Where the text lands needs the captions read: recognisers at idle priority read
+        # few frames on a machine busy with other work, so this stream's share the CPU.
+        seen = await asyncio.to_thread(_publish, clip, seen_id, apache_kafka, "--ocr",
+                                       "--asr-grammar", str(grammar), "--perception-cpu",
+                                       "shared")
         responses = await _settled(observer, prefix)
     finally:
         await roles.stop()
@@ -152,10 +157,9 @@ async def test_captions_and_commands_reach_their_windows_and_frames_keep_their_l
     assert min(ratios) <= 2.0, (
         "capture → ack P50 with perception / without: "
         f"{[p['publish_p50_ms'] for p in perceived]} ms / {[p['publish_p50_ms'] for p in plain]}")
-    seen = perceived[0]
     assert seen["tokens_by_modality"]["video"] == plain[0]["tokens_by_modality"]["video"] == 175
     perception = seen["perception"]
-    assert perception["ocr"]["runs"] >= len(CAPTIONS) and perception["asr"]["runs"] == 2
+    assert perception["ocr"]["runs"] >= len(CAPTIONS) and perception["asr"]["runs"] == 2, perception
     assert perception["ocr"]["lag_p50_ms"] > 0 and perception["asr"]["lag_p50_ms"] > 0
 
     n = settings.topics.media_partitions

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import time
 from datetime import UTC, datetime, timedelta
@@ -105,7 +106,9 @@ async def test_capture_times_from_the_future_are_refused_before_anything_is_publ
     soon = _iso(datetime.now(UTC) + timedelta(minutes=10))
     code, out, err = await _publish(str(future_media.media), "--stream", sid, "--bootstrap",
                                     apache_kafka, "--anchor", soon)
-    assert code == 2 and "capture times would run 10.0 min ahead" in err, err
+    ahead = re.search(r"capture times would run ([0-9.]+) min ahead", err)
+    # the clock moves on while publish starts (a loaded machine: seconds), so 10 min or just under
+    assert code == 2 and ahead and 9.0 <= float(ahead.group(1)) <= 10.0, err
     code, out, err = await _publish(str(future_media.media), "--stream", f"a b{sid}",
                                     "--bootstrap", apache_kafka)
     assert code == 2 and f"stream id 'a b{sid}' is not valid" in err, err
