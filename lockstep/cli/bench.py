@@ -174,9 +174,9 @@ def broker_command(ctx: click.Context, bootstrap: str | None, rate: int, seconds
               help="Runs of the capacity step (most must hold) before the capacity is final.")
 @click.option("--raw-records", default=50_000, show_default=True,
               type=click.IntRange(1000, 10_000_000),
-              help="Records of the raw pass-through that measures the limit.")
+              help="Records of each raw pass-through that measures the limit.")
 @click.option("--raw-repeats", default=3, show_default=True, type=click.IntRange(1, 9),
-              help="Raw pass-through runs, interleaved with the pipeline's steps.")
+              help="Raw pass-through runs per client, interleaved with the pipeline's steps.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step_seconds: float,
@@ -191,8 +191,8 @@ def pipeline_command(ctx: click.Context, bootstrap: str | None, shape: str, step
     streams (132 tokens/s each, producers in their own processes) until a step of
     --step-seconds misses the SLO target; the capacity found is run --confirm times. Reports
     the capacity, per-stage P50/P99 and CPU ms per token per role at half capacity, and the
-    raw consume->produce limit of the same client and broker (--raw-repeats runs,
-    interleaved) with the ratio. See docs/bench.md.
+    raw consume->produce limit over the same hops and broker on librdkafka and on aiokafka
+    (--raw-repeats runs each, interleaved) with the ratios. See docs/bench.md.
     """
     from lockstep.agents.app import run_async
     from lockstep.bench.pipeline.course import PipelineOptions, run_pipeline_bench

@@ -8,7 +8,9 @@
   :func:`read_arrivals`: a raw consume→produce pass-through. The source writes records as
   fast as it can; each hop consumes one topic in a group and produces every record
   unchanged to the next, committing per batch; the sink notes when they arrive. Nothing
-  is decoded. ``lockstep bench pipeline`` compares the pipeline's throughput with it.
+  is decoded. Each runs on either client (``aiokafka``, the roles' today, or
+  ``librdkafka`` through confluent-kafka: batch consume, idempotent producer). ``lockstep
+  bench pipeline`` compares the pipeline's throughput with both.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from lockstep.config.settings import KafkaSettings
 from lockstep.kafka.clients import producer
@@ -32,6 +35,10 @@ from lockstep.kafka.reader import TopicReader
 #: pass-through moved 6,300-10,400 records/s against 8,600-16,700 at 2 ms, alternating runs
 #: on Apache Kafka on the 2-core development machine).
 PASSTHROUGH_LINGER_MS = 2.0
+#: The clients a pass-through can run on.
+PassthroughClient = Literal["aiokafka", "librdkafka"]
+#: Records a librdkafka hop takes from one ``consume`` call.
+_RD_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -185,15 +192,79 @@ async def _source(kafka: KafkaSettings, topic: str, total: int,
         await out.stop()
 
 
+def _rd_producer(kafka: KafkaSettings, idempotent: bool) -> Producer:
+    return Producer({**kafka.confluent_config(), "enable.idempotence": idempotent, "acks": "all",
+                     "linger.ms": PASSTHROUGH_LINGER_MS,
+                     "message.max.bytes": kafka.max_record_bytes + 4096})
+
+
+def _rd_produce(out: Producer, topic: str, value: bytes | None, key: bytes | None) -> None:
+    while True:
+        try:
+            out.produce(topic, value, key)
+            return
+        except BufferError:  # the local queue is full: let deliveries drain it
+            out.poll(0.05)
+
+
+def _rd_hop(kafka: KafkaSettings, source: str, target: str, group: str, total: int,
+            timeout_s: float, idempotent: bool) -> None:
+    consumer = Consumer({
+        **kafka.confluent_config(), "group.id": group, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "fetch.wait.max.ms": kafka.fetch_max_wait_ms,
+        "session.timeout.ms": kafka.session_timeout_ms})
+    out = _rd_producer(kafka, idempotent)
+    moved = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.subscribe([source])
+        while moved < total and time.monotonic() < deadline:
+            records = [r for r in consumer.consume(_RD_BATCH, 0.1) if r.error() is None]
+            if not records:
+                continue
+            for r in records:
+                _rd_produce(out, target, r.value(), r.key())
+            if out.flush(timeout_s) > 0:
+                raise KafkaException(f"pass-through hop: {len(out)} records not delivered")
+            consumer.commit(asynchronous=False)
+            moved += len(records)
+    finally:
+        out.flush(10.0)
+        consumer.close()
+
+
+def _rd_source(kafka: KafkaSettings, topic: str, total: int, payloads: Sequence[bytes],
+               idempotent: bool) -> None:
+    out = _rd_producer(kafka, idempotent)
+    values = itertools.cycle(payloads)
+    for i in range(total):
+        _rd_produce(out, topic, next(values), b"raw-%d" % (i % 16))
+        if i % 1000 == 999:
+            out.poll(0)
+    if out.flush(120.0) > 0:
+        raise KafkaException(f"pass-through source: {len(out)} records not delivered")
+
+
 def run_hop(kafka: KafkaSettings, source: str, target: str, group: str, total: int,
-            timeout_s: float) -> None:
-    """A pass-through hop (a child process's body): ``source`` → ``target``, ``total`` records."""
-    asyncio.run(_hop(kafka, source, target, group, total, timeout_s))
+            timeout_s: float, client: PassthroughClient = "aiokafka",
+            idempotent: bool = True) -> None:
+    """A pass-through hop (a child process's body): ``source`` → ``target``, ``total`` records.
+
+    ``idempotent`` applies to librdkafka (the embedded broker refuses idempotent producers).
+    """
+    if client == "librdkafka":
+        _rd_hop(kafka, source, target, group, total, timeout_s, idempotent)
+    else:
+        asyncio.run(_hop(kafka, source, target, group, total, timeout_s))
 
 
-def run_source(kafka: KafkaSettings, topic: str, total: int, payloads: Sequence[bytes]) -> None:
+def run_source(kafka: KafkaSettings, topic: str, total: int, payloads: Sequence[bytes],
+               client: PassthroughClient = "aiokafka", idempotent: bool = True) -> None:
     """The pass-through's source (a child process's body): ``total`` records of ``payloads``."""
-    asyncio.run(_source(kafka, topic, total, payloads))
+    if client == "librdkafka":
+        _rd_source(kafka, topic, total, payloads, idempotent)
+    else:
+        asyncio.run(_source(kafka, topic, total, payloads))
 
 
 async def read_arrivals(kafka: KafkaSettings, topic: str, total: int,

@@ -166,8 +166,13 @@ def _pipeline_report() -> dict[str, Any]:
         "passthrough": {"hops": 3, "repetitions": 3,
                         "records_per_s": spread_json([5000.0, 4800.0, 5200.0]),
                         "hop_cpu_ms_per_record": spread_json([0.2, 0.2, 0.2])},
+        "passthrough_librdkafka": {"hops": 3, "repetitions": 3,
+                                   "records_per_s": spread_json([30000.0, 29000.0, 31000.0]),
+                                   "hop_cpu_ms_per_record": spread_json([0.02, 0.02, 0.02])},
         "ratios": {"tokens_per_s_at_capacity": 264.0,
                    "pipeline_vs_passthrough": spread_json([0.0528, 0.055, 0.0508]),
+                   "pipeline_vs_librdkafka": spread_json([0.0088, 0.0091, 0.0085]),
+                   "tokens_per_cpu_s_at_half": 2000.0,
                    "cpu_ms_per_token_roles_at_half": 0.5},
         "overload": {"streams": 4, "then_streams": 1, "overload_end_s": 22.0,
                      "attainment_during": 0.93, "answered_during": 2000, "expired_during": 5,
@@ -181,8 +186,11 @@ def _pipeline_report() -> dict[str, Any]:
 def test_pipeline_text_names_capacity_stages_limit_overload_and_soak() -> None:
     text = render_pipeline(_pipeline_report())
     for part in ("capacity: 2 streams", "held in 2 of 3 runs", "at half capacity",
-                 "limit: raw consume->produce", "5,000 (4,800-5,200) records/s",
-                 "0.05x (0.05-0.06)", "back at target after 2 s", "route 20.0 % NOT FLAT",
+                 "raw consume->produce over 3 hops (aiokafka", "5,000 (4,800-5,200) records/s",
+                 "0.05x (0.05-0.06)", "raw consume->produce over 3 hops (librdkafka",
+                 "30,000 (29,000-31,000) records/s", "pipeline at capacity / raw librdkafka",
+                 "tokens per CPU-second at half capacity (every process measured): 2,000",
+                 "back at target after 2 s", "route 20.0 % NOT FLAT",
                  "machine:", "no: SLO attainment 90.00 % < 99 %"):
         assert part in text, part
 
@@ -209,7 +217,7 @@ def test_pipeline_text_says_so_when_not_even_one_stream_held() -> None:
     report["capacity_streams"] = 0
     text = render_pipeline(report)
     assert "capacity: 0 streams (not even the smallest step held" in text
-    assert "pipeline at capacity / raw: - (no capacity)" in text
+    assert "pipeline at capacity / raw librdkafka: - (no capacity)" in text
 
 
 def test_benchmarks_markdown_carries_each_command_and_machine_line() -> None:

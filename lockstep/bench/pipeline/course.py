@@ -16,7 +16,8 @@
    overload and the seconds until it is back at the target.
 5. ``--soak``: half capacity for that long, every role's RSS sampled over time.
 6. The remaining pass-throughs, on the same broker, the roles idle as during the first:
-   the ratio of the pipeline to the limit is taken once per pass-through.
+   the ratio of the pipeline to the limit is taken once per pass-through. Each
+   pass-through runs on both clients, librdkafka (the limit) and aiokafka (continuity).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from lockstep.bench.pipeline.steps import TOKENS_PER_STREAM_S, Load, Sampled, ru
 from lockstep.bench.stats import divide, spread_json
 from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError
+from lockstep.kafka.probes import PassthroughClient
 
 log = logging.getLogger(__name__)
 #: Seconds into the half-capacity step after which its figures are taken again, apart
@@ -108,7 +110,8 @@ async def run_pipeline_bench(settings: Settings, options: PipelineOptions,
             watch.reference()
             for i in range(2, options.passthrough_repeats):
                 raw.append(await _passthrough(cluster, options, i))
-            out["passthrough"] = _raw_summary(raw)
+            out["passthrough"] = _raw_summary([r["aiokafka"] for r in raw])
+            out["passthrough_librdkafka"] = _raw_summary([r["librdkafka"] for r in raw])
             watch.reference()
         finally:
             await cluster.stop()
@@ -123,12 +126,14 @@ def _load(options: PipelineOptions, streams: int, seconds: float, tag: str,
 
 
 async def _passthrough(cluster: Cluster, options: PipelineOptions, index: int
-                       ) -> dict[str, Any]:
-    """One raw pass-through on the cluster's broker (the roles idle meanwhile)."""
+                       ) -> dict[str, dict[str, Any]]:
+    """One raw pass-through per client on the cluster's broker (the roles idle meanwhile)."""
     settings = cluster.settings
-    return await measure_passthrough(settings.kafka, f"{cluster.run_id}-{index}",
-                                     settings.topics.media_partitions,
-                                     options.passthrough_records)
+    clients: tuple[PassthroughClient, ...] = ("librdkafka", "aiokafka")
+    return {client: await measure_passthrough(
+        settings.kafka, f"{cluster.run_id}-{index}", settings.topics.media_partitions,
+        options.passthrough_records, client=client, idempotent=not cluster.embedded)
+        for client in clients}
 
 
 def _raw_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -286,11 +291,18 @@ def _ratios(out: dict[str, Any], capacity: int) -> dict[str, Any]:
     half = out.get("half_capacity", {}).get("cpu_ms_per_token", {})
     roles = [v for k, v in half.items() if v is not None and k not in ("producers", "broker")]
     raw = [r["records_per_s"] for r in (out.get("passthrough") or {}).get("runs", [])]
+    rd = [r["records_per_s"]
+          for r in (out.get("passthrough_librdkafka") or {}).get("runs", [])]
+    every = [v for v in half.values() if v is not None]
     return {
         "tokens_per_s_at_capacity": tokens_per_s,
         # One ratio per raw repetition, against the capacity's median tokens/s.
         "pipeline_vs_passthrough": spread_json(
             divide(tokens_per_s, r) if capacity else None for r in raw),
+        "pipeline_vs_librdkafka": spread_json(
+            divide(tokens_per_s, r) if capacity else None for r in rd),
+        # Roles, producers and broker together, at half capacity.
+        "tokens_per_cpu_s_at_half": round(1000 / sum(every), 1) if every else None,
         "capacity_tokens_per_reference_unit": tokens_per_s / ref if ref else None,
         "cpu_ms_per_token_roles_at_half": round(sum(roles), 4) if roles else None,
     }

@@ -65,14 +65,21 @@ def render_pipeline(report: Mapping[str, Any], *, markdown: bool = False) -> str
                    markdown=markdown)
     lines += ["", f"CPU ms per token: {_cpu_line(half['cpu_ms_per_token'])} (roles together "
                   f"{value(ratios['cpu_ms_per_token_roles_at_half'], 'f')})"]
-    raw = report.get("passthrough")
-    if raw:
-        lines += ["", f"limit: raw consume->produce over {raw['hops']} hops (aiokafka, same "
+    per_cpu = ratios.get("tokens_per_cpu_s_at_half")
+    if per_cpu is not None:
+        lines.append(f"tokens per CPU-second at half capacity (every process measured): "
+                     f"{per_cpu:,.0f}")
+    for key, client, ratio in (("passthrough_librdkafka", "librdkafka", "pipeline_vs_librdkafka"),
+                               ("passthrough", "aiokafka", "pipeline_vs_passthrough")):
+        raw = report.get(key)
+        if not raw:
+            continue
+        lines += ["", f"raw consume->produce over {raw['hops']} hops ({client}, same "
                       f"broker, {raw['repetitions']} runs interleaved with the steps): "
                       f"{spread_cell(raw['records_per_s'], 'rate')} records/s, hops "
                       f"{spread_cell(raw['hop_cpu_ms_per_record'], 'f')} CPU ms per record",
-                  "pipeline at capacity / raw: "
-                  + (spread_cell(ratios["pipeline_vs_passthrough"], "x") if cap
+                  f"pipeline at capacity / raw {client}: "
+                  + (spread_cell(ratios[ratio], "x") if cap and ratio in ratios
                      else "- (no capacity)")]
     over = report.get("overload")
     if over:
