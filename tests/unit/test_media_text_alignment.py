@@ -78,6 +78,28 @@ def test_a_caption_read_after_its_window_went_out_joins_the_next_window_and_is_h
     assert held == [w.window_seq for w in out.windows if w.window_seq >= owner.window_seq]
 
 
+@pytest.mark.parametrize("known_after_us", [10_000, 40_000, 70_000])
+def test_a_caption_known_after_its_windows_anchor_is_held_by_the_window_it_joins(
+        known_after_us: int) -> None:
+    # Sampled down (one window per 4 frames, as under load), a window spans 160 ms around
+    # its anchor frame: text that became known after the anchor but before the window
+    # closed joins it, and was on screen at the anchor (the frame it was read from).
+    al = _aligner()
+    al.stride = 4
+    feed = _media(2.0)
+    out0 = _run(al, [(a, t) for a, t in feed if t.t_us < T0 + 600_000])
+    anchor = out0.windows[-1].anchor_t_us + 4 * P  # of the next window, still open
+    known = anchor + known_after_us
+    caption = _text(0, known, "EXIT 12 LINE STOPPED", span=(T0 + 400_000, T0 + 400_000))
+    rest = [(a, t) for a, t in feed if t.t_us >= T0 + 600_000] + [(known + 2_000, caption)]
+    out = _run(al, rest)
+    out.windows[:0] = out0.windows
+    assert out.late == []
+    (owner,) = [w for w in out.windows if 0 in w.members.get(Modality.OCR, [])]
+    held = _holding(out.windows, "EXIT 12 LINE STOPPED")
+    assert held == [w.window_seq for w in out.windows if w.window_seq >= owner.window_seq]
+
+
 def test_an_empty_text_ends_the_hold_of_the_captions_before_it() -> None:
     al = _aligner()
     feed = _media(2.0)

@@ -204,7 +204,10 @@ def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
               ttl: int) -> tuple[ModalityState | None, list[OcrToken]]:
     """The OCR tokens valid at the anchor: the latest capture at or before it, within TTL.
 
-    A capture whose texts are all empty says the scene shows no text: none is valid.
+    A capture whose texts are all empty says the scene shows no text: none is valid. Text
+    recognised late (stamped when known, docs/alignment.md "Late perception") that the
+    window owns is valid at its anchor when the frame it was read from is: it became known
+    after the anchor, but it was on screen then, and the window it joins holds it.
     """
     oldest = anchor - ttl
     latest = oldest - 1
@@ -212,7 +215,8 @@ def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
     for source in (previous, items):
         for i in source:
             t = i.t
-            if oldest <= t <= anchor and t >= latest and isinstance(i.token, OcrToken):
+            if oldest <= t and t >= latest and isinstance(i.token, OcrToken) and (
+                    t <= anchor or (source is items and _read_by(i, anchor))):
                 if t > latest:
                     latest, valid = t, [i]
                 else:
@@ -226,9 +230,17 @@ def match_ocr(items: Sequence[Item], previous: Sequence[Item], anchor: int,
         return None, []
     state = trusted(ModalityState, present=True,
                           confidence=sum(t.confidence for t in tokens) / len(tokens),
-                          skew_us=anchor - latest, matched_seq=tokens[0].seq,
+                          skew_us=abs(anchor - latest), matched_seq=tokens[0].seq,
                           tokens=len(tokens))
     return state, tokens
+
+
+def _read_by(item: Item, anchor: int) -> bool:
+    """Whether late text was read from media captured at or before ``anchor``."""
+    token = item.token
+    span = token.span_us if isinstance(token, OcrToken) else None
+    # ``span_us`` is on the producer's clock, as ``t_us`` is; ``item.t`` the corrected time.
+    return span is not None and span[0] - (token.t_us - item.t) <= anchor
 
 
 def with_speech(chunk: AudioToken, speech: Sequence[OcrToken]) -> AudioToken:
