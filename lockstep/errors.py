@@ -120,6 +120,14 @@ class BrokerError(LockstepError):
     retriable = True
 
 
+class DeliveryFailed(BrokerError):
+    """A record the broker did not take; ``retriable``: sending it again may succeed."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
 class EmbeddedBrokerError(BrokerError):
     """The embedded broker could not be found, started or reached."""
 

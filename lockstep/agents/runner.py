@@ -18,7 +18,7 @@ from lockstep.agents.worker import WorkerAgent
 from lockstep.config.settings import Settings
 from lockstep.errors import BrokerError, ConfigError
 from lockstep.kafka.admin import admin_client, ensure_topics, verify_topics
-from lockstep.kafka.clients import producer
+from lockstep.kafka.clients import role_producer
 from lockstep.kafka.consumer import RoleConsumer
 from lockstep.kafka.lag import LagExporter
 from lockstep.kafka.outbox import Outbox
@@ -212,7 +212,7 @@ async def start_roles(settings: Settings, roles: Sequence[str], telemetry: Telem
     pools = sorted(dict.fromkeys(worker_pools or [settings.worker.pool]))
     kafka = settings.kafka
     app = create_app(settings, settings.app_id)
-    outbox = Outbox(producer(kafka), kafka.max_record_bytes,
+    outbox = Outbox(role_producer(kafka), kafka.max_record_bytes,
                     bootstrap=kafka.bootstrap_servers or "")
     outbox.on_dead_letter = telemetry.dead_letter
     await wait_for_broker(outbox.start, kafka, what="producer", timeout_s=connect_timeout_s)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Protocol, Self, cast
 
 from aiokafka import AIOKafkaProducer
 
 from lockstep.config.settings import KafkaSettings
+from lockstep.kafka.producer import AsyncLibrdkafkaProducer, producer_config
 
 #: The largest batch a producer sends to a partition at once.
 BATCH_BYTES = 1_048_576
+#: Data a role's librdkafka producer holds unacknowledged before ``send`` waits for room.
+ROLE_IN_FLIGHT_BYTES = 256 * 1_048_576
 
 
 def producer(kafka: KafkaSettings, *, linger_ms: float | None = None, acks: int | str = "all",
@@ -29,6 +32,32 @@ def producer(kafka: KafkaSettings, *, linger_ms: float | None = None, acks: int 
         linger_ms=kafka.linger_ms if linger_ms is None else linger_ms,
         max_batch_size=batch_bytes, max_request_size=kafka.max_record_bytes,
         request_timeout_ms=request_timeout_ms)
+
+
+class RecordProducer(Protocol):
+    """What :class:`~lockstep.kafka.outbox.Outbox` produces through (either client)."""
+
+    async def start(self) -> None:
+        """Connect (raises a retriable error while the cluster is away)."""
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None
+                   ) -> asyncio.Future[Any]:
+        """Queue a record; the future resolves once the broker has it."""
+
+    async def stop(self) -> None:
+        """Deliver what is queued and close."""
+
+
+def role_producer(kafka: KafkaSettings) -> RecordProducer:
+    """The roles' producer, on the client ``kafka.producer_client`` names."""
+    if kafka.producer_client == "librdkafka":
+        # As aiokafka's below: no idempotence (the embedded broker refuses it), 1 MB
+        # batches, a delivery given up after 30 s (the outbox then sends it again).
+        return AsyncLibrdkafkaProducer(producer_config(
+            kafka, compression="none", linger_ms=kafka.linger_ms, batch_bytes=BATCH_BYTES,
+            max_in_flight_bytes=ROLE_IN_FLIGHT_BYTES, idempotence=False,
+            delivery_timeout_s=30.0))
+    return cast(RecordProducer, producer(kafka))
 
 
 class RawWriter:

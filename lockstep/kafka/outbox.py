@@ -22,11 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
-from lockstep.errors import BadInput, BrokerError
+from lockstep.errors import BadInput, BrokerError, DeliveryFailed
+from lockstep.kafka.clients import RecordProducer
 from lockstep.kafka.retry import OutageLog, retriable
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
@@ -90,14 +90,15 @@ class Outbox:
     """The process's producer, shared by its roles.
 
     Args:
-        producer: A started-or-not aiokafka producer (:meth:`start` starts it).
+        producer: A started-or-not producer, aiokafka's or librdkafka's
+            (:func:`~lockstep.kafka.clients.role_producer`; :meth:`start` starts it).
         max_record_bytes: The topics' ``max.message.bytes``.
         bootstrap: The brokers, as the outage lines name them.
         outage_log_s: At most one outage line per this many seconds.
         max_backoff_s: Longest wait between two attempts of one record.
     """
 
-    def __init__(self, producer: AIOKafkaProducer, max_record_bytes: int, *,
+    def __init__(self, producer: RecordProducer, max_record_bytes: int, *,
                  bootstrap: str = "kafka", outage_log_s: float = 10.0,
                  max_backoff_s: float = 5.0) -> None:
         self._producer = producer
@@ -186,7 +187,7 @@ class Outbox:
                        on_ack: Callable[[], None] | None, tries: int) -> None:
         try:
             future = await self._producer.send(topic, value, key=key)
-        except KafkaError as error:
+        except (KafkaError, DeliveryFailed) as error:
             self._failed(serial, topic, key, value, on_ack, tries, error)
             return
 

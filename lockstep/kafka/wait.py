@@ -17,7 +17,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from lockstep.config.settings import KafkaSettings
-from lockstep.errors import BrokerError
+from lockstep.errors import BrokerError, DeliveryFailed
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,9 @@ async def wait_for_broker(connect: Callable[[], Awaitable[None]], kafka: KafkaSe
     while True:
         try:
             await connect()
-        except (KafkaConnectionError, KafkaError, OSError) as error:
+        except (KafkaConnectionError, KafkaError, OSError, DeliveryFailed) as error:
+            if isinstance(error, DeliveryFailed) and not error.retriable:
+                raise
             waited = time.monotonic() - began
             if timeout_s is not None and waited >= timeout_s:
                 raise BrokerError(f"cannot reach Kafka at {kafka.bootstrap_servers} "

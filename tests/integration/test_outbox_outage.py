@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from lockstep.config.settings import load_settings
 from lockstep.kafka.apache import ApacheKafka
-from lockstep.kafka.clients import producer
+from lockstep.kafka.clients import role_producer
 from lockstep.kafka.outbox import Outbox
 
 pytestmark = pytest.mark.integration
@@ -47,11 +47,12 @@ async def _read_all(bootstrap: str, topic: str) -> list[bytes]:
         await consumer.stop()
 
 
-async def _outage(broker: ApacheKafka) -> None:
-    kafka = load_settings(kafka={"bootstrap_servers": broker.bootstrap}).kafka
+async def _outage(broker: ApacheKafka, client: str) -> None:
+    kafka = load_settings(kafka={"bootstrap_servers": broker.bootstrap,
+                                 "producer_client": client}).kafka
     acked: list[str] = []
     await _create(broker.bootstrap, "answers")
-    outbox = Outbox(producer(kafka), kafka.max_record_bytes, max_backoff_s=0.5)
+    outbox = Outbox(role_producer(kafka), kafka.max_record_bytes, max_backoff_s=0.5)
     await outbox.start()
     try:
         await outbox.send("answers", b"cam-1", b"first", lambda: acked.append("first"))
@@ -72,7 +73,8 @@ async def _outage(broker: ApacheKafka) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("client", ["aiokafka", "librdkafka"])
 def test_a_record_sent_during_an_outage_is_listed_unacknowledged_until_written(
-        tmp_path: Path) -> None:
+        tmp_path: Path, client: str) -> None:
     with ApacheKafka(base_dir=tmp_path) as broker:
-        asyncio.run(_outage(broker))
+        asyncio.run(_outage(broker, client))
