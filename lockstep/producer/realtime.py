@@ -129,6 +129,11 @@ async def publish_synthetic(
                                            token.stream_id.encode(), token.modality.value,
                                            key, captured))
 
+    async def send_bad(n: int) -> None:
+        topic = list(catalog.MEDIA.values())[n % len(catalog.MEDIA)]
+        await sender.send(Outgoing(topic, BAD_RECORDS[n % len(BAD_RECORDS)],
+                                   stream_ids[0].encode(), "bad"))
+
     try:
         while True:
             elapsed = time.monotonic() - begin
@@ -137,16 +142,16 @@ async def publish_synthetic(
             if elapsed >= length:
                 break
             await send_due(time.time_ns() // 1000)
-            if inject_bad and bad_sent < inject_bad and elapsed >= bad_every * (bad_sent + 1):
-                topic = list(catalog.MEDIA.values())[bad_sent % len(catalog.MEDIA)]
-                await sender.send(Outgoing(topic, BAD_RECORDS[bad_sent % len(BAD_RECORDS)],
-                                           stream_ids[0].encode(), "bad"))
+            while inject_bad and bad_sent < inject_bad and elapsed >= bad_every * (bad_sent + 1):
+                await send_bad(bad_sent)
                 bad_sent += 1
             if on_tick is not None and time.monotonic() - ticked >= tick_every_s:
                 ticked = time.monotonic()
                 on_tick(report, ticked - begin)
             await asyncio.sleep(tick_s)
         await send_due(end_us)  # what came due while a send waited for the broker
+        for n in range(bad_sent, inject_bad):  # a stalled loop may have ended first: all go
+            await send_bad(n)
         await sender.drain()
     finally:
         await sender.stop()
