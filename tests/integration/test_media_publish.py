@@ -29,10 +29,11 @@ pytestmark = pytest.mark.integration
 T0 = 1_768_464_000_000_000  # the files' creation_time: in the past, so --anchor file is taken
 
 
-def _settings(bootstrap: str) -> Settings:
+def _settings(bootstrap: str, **overrides: object) -> Settings:
     return load_settings(kafka={"bootstrap_servers": bootstrap, "session_timeout_ms": 6000,
                                 "fetch_max_wait_ms": 10},
-                         app_id="lockstep-media-test", metrics={"enabled": False})
+                         app_id="lockstep-media-test", metrics={"enabled": False},
+                         **overrides)  # type: ignore[arg-type]
 
 
 async def _media_records(settings: Settings, stream_id: str, expect: int,
@@ -139,7 +140,10 @@ async def test_bad_input_publishes_nothing_or_says_what_was_sent(
 
 async def test_subscribe_prints_the_responses_of_a_published_file(
         apache_kafka: str, media: GroundTruth) -> None:
-    settings = _settings(apache_kafka)
+    # What subscribe prints, not how fast a shared machine is: a budget no stall reaches,
+    # so no window is shed or sampled down (the SLO's own tests are elsewhere).
+    settings = _settings(apache_kafka,
+                         slo={"classes": {"cabin": {"e2e_ms": 10_000.0, "fps": 30.0}}})
     await prepare_topics(settings, create=True)
     roles = await start_roles(settings, ROLES, Telemetry(), worker_pools=["vl", "text"])
     sid = f"sub-{secrets.token_hex(3)}"
@@ -156,7 +160,6 @@ async def test_subscribe_prints_the_responses_of_a_published_file(
         await roles.stop()
     assert shown.returncode == 0, shown.stderr[-3000:]
     lines = [json.loads(line) for line in shown.stdout.splitlines()]
-    # windows may be sampled down or dropped while a loaded machine puts the SLA at risk
     assert len(lines) >= 5, shown.stdout[-2000:]
     assert {line["stream_id"] for line in lines} == {sid}
     assert len({line["window_seq"] for line in lines}) == len(lines)
