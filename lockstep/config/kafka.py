@@ -46,9 +46,10 @@ class KafkaSettings(Section):
     #: with the load. On Apache Kafka at 11 streams, 2 ms cost more CPU per token (0.49 to
     #: 0.54 ms over the roles, against 0.41 to 0.46) and more latency (docs/bench.md).
     linger_ms: Annotated[float, Field(ge=0, le=1000)] = 0.0
-    #: The client the roles produce with: ``aiokafka`` (pure Python, asyncio) or
-    #: ``librdkafka`` (confluent-kafka: records queued from the loop, batched and sent in
-    #: C threads). Same delivery, acknowledgement and retry semantics (docs/bench.md).
+    #: The client Lockstep's asyncio producers use (the roles' outbox, the synthetic
+    #: publisher): ``aiokafka`` (pure Python) or ``librdkafka`` (confluent-kafka: records
+    #: queued from the loop, batched and sent in C threads). Same delivery, acknowledgement
+    #: and retry semantics (docs/bench.md). Media files always publish on librdkafka.
     producer_client: Literal["aiokafka", "librdkafka"] = "aiokafka"
     #: Where a consumer group that has never committed starts: ``earliest`` (everything
     #: retained, so every published token is accounted for; media older than its SLO

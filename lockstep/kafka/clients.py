@@ -14,8 +14,8 @@ from lockstep.kafka.producer import AsyncLibrdkafkaProducer, producer_config
 
 #: The largest batch a producer sends to a partition at once.
 BATCH_BYTES = 1_048_576
-#: Data a role's librdkafka producer holds unacknowledged before ``send`` waits for room.
-ROLE_IN_FLIGHT_BYTES = 256 * 1_048_576
+#: Data an asyncio librdkafka producer holds unacknowledged before ``send`` waits for room.
+IN_FLIGHT_BYTES = 256 * 1_048_576
 
 
 def producer(kafka: KafkaSettings, *, linger_ms: float | None = None, acks: int | str = "all",
@@ -48,16 +48,26 @@ class RecordProducer(Protocol):
         """Deliver what is queued and close."""
 
 
-def role_producer(kafka: KafkaSettings) -> RecordProducer:
-    """The roles' producer, on the client ``kafka.producer_client`` names."""
+def asyncio_producer(kafka: KafkaSettings, *, request_timeout_s: float = 30.0
+                     ) -> RecordProducer:
+    """An event loop's producer on the client ``kafka.producer_client`` names.
+
+    Either way: no idempotence (the embedded broker refuses it), 1 MB batches,
+    ``kafka.linger_ms``, and an attempt given up after ``request_timeout_s`` (the caller
+    sends it again: the roles' outbox, the synthetic publisher's sender).
+    """
     if kafka.producer_client == "librdkafka":
-        # As aiokafka's below: no idempotence (the embedded broker refuses it), 1 MB
-        # batches, a delivery given up after 30 s (the outbox then sends it again).
         return AsyncLibrdkafkaProducer(producer_config(
             kafka, compression="none", linger_ms=kafka.linger_ms, batch_bytes=BATCH_BYTES,
-            max_in_flight_bytes=ROLE_IN_FLIGHT_BYTES, idempotence=False,
-            delivery_timeout_s=30.0))
-    return cast(RecordProducer, producer(kafka))
+            max_in_flight_bytes=IN_FLIGHT_BYTES, idempotence=False,
+            delivery_timeout_s=request_timeout_s))
+    return cast(RecordProducer,
+                producer(kafka, request_timeout_ms=round(request_timeout_s * 1000)))
+
+
+def role_producer(kafka: KafkaSettings) -> RecordProducer:
+    """The roles' producer (their outbox's)."""
+    return asyncio_producer(kafka)
 
 
 class RawWriter:

@@ -1,6 +1,7 @@
-"""A sender that retries: ``publish_synthetic``'s aiokafka producer path.
+"""A sender that retries: ``publish_synthetic``'s producer path.
 
-:class:`RetryingSender` wraps an aiokafka producer: a send that fails with a retriable
+:class:`RetryingSender` wraps an asyncio producer (aiokafka's, or librdkafka's as
+``kafka.producer_client`` says): a send that fails with a retriable
 error (broker restart, leader change, timeout) is sent again with backoff until its
 delivery timeout; every record (:class:`Outgoing`) ends in exactly one ``on_ack`` or
 ``on_fail`` call. The outage it meets is told to an :class:`~lockstep.kafka.retry.OutageLog`.
@@ -18,12 +19,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from lockstep.config.settings import KafkaSettings
-from lockstep.errors import BrokerError
-from lockstep.kafka.clients import producer
+from lockstep.errors import BrokerError, DeliveryFailed
+from lockstep.kafka.clients import RecordProducer, asyncio_producer
 from lockstep.kafka.retry import DELIVERY_TIMEOUT_S, OutageLog, retriable
 from lockstep.topics.keys import TokenKey
 
@@ -45,7 +45,7 @@ class Outgoing:
 
 
 class RetryingSender:
-    """An aiokafka producer that re-sends on retriable failures until the delivery timeout.
+    """An asyncio producer that re-sends on retriable failures until the delivery timeout.
 
     Lifecycle: :meth:`start` (waits for the broker, with backoff, up to the delivery
     timeout), :meth:`send` …, :meth:`drain`, and :meth:`stop` in a ``finally``.
@@ -74,7 +74,7 @@ class RetryingSender:
         # Each attempt expires after the request timeout: several attempts per delivery.
         self.request_timeout_s = max(1.0, min(30.0, delivery_timeout_s / 4))
         self._backoff = backoff_s
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: RecordProducer | None = None
         self._pending: set[Outgoing] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -87,8 +87,8 @@ class RetryingSender:
         """Records sent and neither acknowledged nor given up on."""
         return len(self._pending)
 
-    def _make(self) -> AIOKafkaProducer:
-        return producer(self._kafka, request_timeout_ms=int(self.request_timeout_s * 1000))
+    def _make(self) -> RecordProducer:
+        return asyncio_producer(self._kafka, request_timeout_s=self.request_timeout_s)
 
     async def start(self) -> None:
         """Connect, retrying with backoff while the broker is unreachable.
@@ -104,7 +104,7 @@ class RetryingSender:
             try:
                 await producer.start()
                 break
-            except KafkaError as exc:
+            except (KafkaError, DeliveryFailed) as exc:
                 await producer.stop()
                 if not retriable(exc):
                     raise BrokerError(f"cannot start the producer: {exc}") from None
@@ -133,7 +133,7 @@ class RetryingSender:
         item.attempts += 1
         try:
             future = await self._producer.send(item.topic, item.value, key=item.key)
-        except KafkaError as exc:
+        except (KafkaError, DeliveryFailed) as exc:
             self._attempt_failed(item, exc)
             return
         future.add_done_callback(partial(self._done, item))

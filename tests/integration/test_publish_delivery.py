@@ -179,6 +179,21 @@ async def test_synthetic_publish_acknowledges_every_token_across_a_broker_restar
     assert len(client_lines) <= 40, client_lines
 
 
+async def test_synthetic_publish_on_librdkafka_acknowledges_every_token_across_a_broker_kill(
+        broker: RestartableKafka) -> None:
+    prefix = f"rdkafka-{secrets.token_hex(3)}-"
+    kafka = KafkaSettings(bootstrap_servers=broker.bootstrap, producer_client="librdkafka")
+    outage = asyncio.create_task(broker.outage(OUTAGE_AT_S, DOWN_S, hard=True))
+    report = await publish_synthetic(kafka, [f"{prefix}a", f"{prefix}b"], 12.0, Telemetry())
+    down = await outage
+    in_kafka = await _keys_in_kafka(broker.bootstrap, prefix)
+    summary = (f"sent {sum(report.sent.values())}, acked {len(report.keys)}, failed "
+               f"{len(report.failed)}, retries {report.retries}, outage {down.seconds:.1f} s")
+    assert report.ok and not report.failed, summary
+    assert report.sent == _synthetic_tokens(2, 12.0), summary
+    assert in_kafka == report.keys, summary  # acknowledged is written, and nothing else
+
+
 async def test_synthetic_publish_resends_tokens_whose_attempt_expired_in_the_outage(
         broker: RestartableKafka) -> None:
     prefix = f"resend-{secrets.token_hex(3)}-"
