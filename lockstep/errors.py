@@ -178,3 +178,8 @@ class ProcessError(LockstepError):
 
 class BenchFailed(LockstepError):
     """One bench of ``bench all`` exited with an error."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra: Lockstep installs from its checkout, not an index."""
+    return f"pip install -e '.[{extra}]' in the Lockstep checkout"

@@ -28,9 +28,9 @@ from lockstep.engines.base import (
     probe_request,
 )
 from lockstep.engines.prompt import build_prompt
-from lockstep.errors import EngineUnavailable
+from lockstep.errors import EngineUnavailable, install_hint
 
-INSTALL_HINT = "pip install 'lockstep-stream[cpu]'  (torch, torchvision, transformers, pillow)"
+INSTALL_HINT = f"{install_hint('cpu')} (torch, torchvision, transformers, pillow)"
 
 
 class CpuEngine(Engine):

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lockstep.engines.base import WorkItem
-from lockstep.errors import EngineUnavailable
+from lockstep.errors import EngineUnavailable, install_hint
 from lockstep.topics.payloads import pixels
 from lockstep.topics.schemas import VideoToken, Window
 
@@ -113,7 +113,7 @@ def decode_frame(frame: VideoToken) -> Image:
         from PIL import UnidentifiedImageError
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise EngineUnavailable("decoding JPEG/PNG frames needs Pillow: "
-                                "pip install 'lockstep-stream[cpu]'") from exc
+                                + install_hint("cpu")) from exc
     try:
         with PILImage.open(io.BytesIO(frame.data)) as img:
             return np.asarray(img.convert("RGB"))
@@ -139,7 +139,7 @@ def png_data_url(image: Image) -> str:
         from PIL import Image as PILImage
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise EngineUnavailable("encoding images needs Pillow: "
-                                "pip install 'lockstep-stream[cpu]'") from exc
+                                + install_hint("cpu")) from exc
     buf = io.BytesIO()
     PILImage.fromarray(image).save(buf, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()

@@ -19,11 +19,11 @@ from importlib.metadata import entry_points
 
 from lockstep.config.worker import BUILT_IN_ENGINES, WorkerSettings
 from lockstep.engines.base import Engine
-from lockstep.errors import ConfigError
+from lockstep.errors import ConfigError, install_hint
 from lockstep.telemetry.metrics import Telemetry
 
 log = logging.getLogger(__name__)
-CPU_HINT = "pip install 'lockstep-stream[cpu]'"
+CPU_HINT = install_hint("cpu")
 
 
 @dataclass(frozen=True)

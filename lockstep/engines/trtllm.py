@@ -25,7 +25,7 @@ from lockstep.errors import EngineUnavailable
 
 INSTALL_HINT = ("TensorRT-LLM is not installed: run the worker in NVIDIA's TensorRT-LLM "
                 "release image (nvcr.io/nvidia/tensorrt-llm/release) with "
-                "'pip install lockstep-stream' on top; see docs/engines.md")
+                "the Lockstep checkout installed on top (pip install .); see docs/engines.md")
 
 
 class TrtllmEngine(Engine):

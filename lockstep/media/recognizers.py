@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lockstep.errors import ConfigError, MediaError
+from lockstep.errors import ConfigError, MediaError, install_hint
 from lockstep.media.reading import Line, reading_order, spaced_line
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,7 @@ def require(module: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         extra, package = EXTRAS[module]
-        raise ConfigError(f"{package} is not installed: pip install 'lockstep-stream[{extra}]'"
-                          ) from None
+        raise ConfigError(f"{package} is not installed: {install_hint(extra)}") from None
 
 
 @dataclass(frozen=True)

@@ -65,3 +65,12 @@ def test_every_document_a_module_docstring_cites_exists() -> None:
         missing += [f"{module.relative_to(ROOT)}: {m}"
                     for m in set(_DOTTED.findall(_docstrings(module))) if not _resolves(m)]
     assert not missing, "\n".join(sorted(missing))
+
+
+def test_no_install_hint_names_a_package_index_lockstep_is_not_on() -> None:
+    # Lockstep installs from its checkout (pip install -e '.[extra]'); no index has it.
+    from_index = re.compile(r"pip install\s+['\"]?lockstep-stream")
+    offenders = [f"{path.relative_to(ROOT)}:{n}" for path in [*DOCS, *MODULES]
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if from_index.search(line)]
+    assert offenders == []

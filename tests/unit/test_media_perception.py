@@ -40,9 +40,9 @@ T0 = 1_800_000_000_000_000
 def test_a_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in ("rapidocr_onnxruntime", "pocketsphinx"):
         monkeypatch.setitem(sys.modules, module, None)  # None in sys.modules: ImportError
-    with pytest.raises(ConfigError, match=r"pip install 'lockstep-stream\[ocr\]'"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[ocr\]' in the Lockstep checkout"):
         perception.require("rapidocr_onnxruntime")
-    with pytest.raises(ConfigError, match=r"pip install 'lockstep-stream\[asr\]'"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[asr\]' in the Lockstep checkout"):
         perception.require("pocketsphinx")
 
 

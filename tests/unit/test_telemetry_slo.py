@@ -194,3 +194,13 @@ def test_the_documented_one_process_per_role_commands_never_share_a_port(path: s
     ports = [settings.metrics.port_for(roles, pools or [settings.worker.pool],
                                        settings.topics.pools) for roles, pools in commands]
     assert len(set(ports)) == len(ports) and 0 not in ports, list(zip(commands, ports, strict=True))
+
+
+def test_the_procfile_gives_every_role_the_readmes_settings_for_the_embedded_broker() -> None:
+    readme = (ROOT / "README.md").read_text()
+    wanted = ["LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS=5", "LOCKSTEP_KAFKA__LINGER_MS=2",
+              "LOCKSTEP_TOPICS__MEDIA_PARTITIONS=1", "LOCKSTEP_TOPICS__PIPELINE_PARTITIONS=1"]
+    assert all(w in readme for w in wanted)
+    roles = [line for line in (ROOT / "Procfile").read_text().splitlines()
+             if "lockstep run" in line and not line.startswith("#")]
+    assert len(roles) >= 4 and all(w in line for line in roles for w in wanted), roles
