@@ -51,12 +51,24 @@ class LockstepGroup(click.Group):
             sys.exit(2 if isinstance(exc, ConfigError) else 1)
 
 
-async def until_signalled(*extra: Callable[[], Awaitable[Any]]) -> None:
-    """Wait for SIGINT/SIGTERM (or for any of ``extra`` to finish)."""
+def on_signals() -> asyncio.Event:
+    """An event that SIGINT/SIGTERM set, from now on (install before anything slow starts)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def until_signalled(*extra: Callable[[], Awaitable[Any]],
+                          stop: asyncio.Event | None = None) -> None:
+    """Wait for SIGINT/SIGTERM (or for any of ``extra`` to finish).
+
+    ``stop``: an event from :func:`on_signals`, so that a signal that came earlier (while
+    something started) is not missed; without it the handlers are installed now.
+    """
+    stop = stop if stop is not None else on_signals()
+    loop = asyncio.get_running_loop()
     waiters = [asyncio.ensure_future(stop.wait()), *(asyncio.ensure_future(f()) for f in extra)]
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)

@@ -7,7 +7,7 @@ import asyncio
 import click
 
 from lockstep.agents.app import run_async
-from lockstep.cli.base import until_signalled
+from lockstep.cli.base import on_signals, until_signalled
 
 
 @click.command()
@@ -17,19 +17,29 @@ from lockstep.cli.base import until_signalled
 def broker(port: int | None, host: str) -> None:
     """Run the embedded broker (tansu, in memory) in the foreground.
 
-    Prints its bootstrap address, then serves until SIGINT/SIGTERM. Point other commands
+    Prints its bootstrap address (and on stderr a warning of how far it lasts: it keeps
+    every record in memory and slows as its logs grow), then serves until
+    SIGINT/SIGTERM. Point other commands
     at it with --bootstrap or LOCKSTEP_KAFKA__BOOTSTRAP_SERVERS; set
     LOCKSTEP_KAFKA__FETCH_MAX_WAIT_MS=5 for low latency against it, and
     LOCKSTEP_KAFKA__LINGER_MS=2 so that producers send fewer, fuller requests.
     """
-    from lockstep.kafka.embedded import EmbeddedBroker
+    from lockstep.kafka.embedded import SLOW_AFTER_RECORDS, EmbeddedBroker
 
     async def main() -> None:
+        stop = on_signals()  # a SIGTERM while the broker starts stops it once started
         embedded = EmbeddedBroker(port=port, host=host)
-        await asyncio.to_thread(embedded.start)
-        click.echo(embedded.bootstrap)
         try:
-            await until_signalled(lambda: asyncio.to_thread(embedded.wait))
+            await asyncio.to_thread(embedded.start)
+            if stop.is_set():
+                return
+            click.echo(embedded.bootstrap)
+            click.echo(f"lockstep broker: warning: the embedded broker keeps every record in "
+                       f"memory and slows past ~{SLOW_AFTER_RECORDS:,} records in a topic (4 "
+                       f"cameras' audio pass that in about 8 minutes; `lockstep bench "
+                       f"broker`): for development; run Apache Kafka for anything longer",
+                       err=True)
+            await until_signalled(lambda: asyncio.to_thread(embedded.wait), stop=stop)
         finally:
             await asyncio.to_thread(embedded.stop)
 

@@ -6,6 +6,7 @@ Each command lives in a module of its own under :mod:`lockstep.cli`, named after
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -85,5 +86,13 @@ def hoist_global_options(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Console-script entry point."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # Until a command's event loop takes SIGTERM over: a clean exit (finally blocks
+        # run, children are stopped), also as PID 1, where the default is to ignore it.
+        signal.signal(signal.SIGTERM, _terminated)
     base.ENTRY_ARGV = sys.argv[1:]
     cli(args=hoist_global_options(base.ENTRY_ARGV), prog_name="lockstep")
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
