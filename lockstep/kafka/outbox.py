@@ -22,12 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
-from lockstep.errors import BadInput, BrokerError, DeliveryFailed
+from lockstep.errors import BadInput, BrokerError
 from lockstep.kafka.clients import RecordProducer
-from lockstep.kafka.retry import OutageLog, retriable
+from lockstep.kafka.retry import SEND_ERRORS, OutageLog, retriable
 from lockstep.topics import catalog
 from lockstep.topics.codec import encode
 from lockstep.topics.schemas import DeadLetter, LateToken
@@ -187,7 +186,7 @@ class Outbox:
                        on_ack: Callable[[], None] | None, tries: int) -> None:
         try:
             future = await self._producer.send(topic, value, key=key)
-        except (KafkaError, DeliveryFailed) as error:
+        except SEND_ERRORS as error:
             self._failed(serial, topic, key, value, on_ack, tries, error)
             return
 

@@ -16,9 +16,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from aiokafka.errors import KafkaTimeoutError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
+
+from lockstep.errors import DeliveryFailed
 
 log = logging.getLogger(__name__)
+
+
+#: What a send of either asyncio producer raises (aiokafka's errors, librdkafka's refusals).
+SEND_ERRORS: tuple[type[BaseException], ...] = (KafkaError, DeliveryFailed)
 
 
 def retriable(error: BaseException) -> bool:

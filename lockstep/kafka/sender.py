@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from aiokafka.errors import KafkaError
-
 from lockstep.config.settings import KafkaSettings
-from lockstep.errors import BrokerError, DeliveryFailed
+from lockstep.errors import BrokerError
 from lockstep.kafka.clients import RecordProducer, asyncio_producer
-from lockstep.kafka.retry import DELIVERY_TIMEOUT_S, OutageLog, retriable
+from lockstep.kafka.retry import DELIVERY_TIMEOUT_S, SEND_ERRORS, OutageLog, retriable
 from lockstep.topics.keys import TokenKey
 
 
@@ -104,7 +102,7 @@ class RetryingSender:
             try:
                 await producer.start()
                 break
-            except (KafkaError, DeliveryFailed) as exc:
+            except SEND_ERRORS as exc:
                 await producer.stop()
                 if not retriable(exc):
                     raise BrokerError(f"cannot start the producer: {exc}") from None
@@ -133,7 +131,7 @@ class RetryingSender:
         item.attempts += 1
         try:
             future = await self._producer.send(item.topic, item.value, key=item.key)
-        except (KafkaError, DeliveryFailed) as exc:
+        except SEND_ERRORS as exc:
             self._attempt_failed(item, exc)
             return
         future.add_done_callback(partial(self._done, item))
